@@ -1,0 +1,45 @@
+"""Errors a user can cause. Each message names what was wrong (file, node, input) and what was expected."""
+
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base of every error Kiln raises on purpose; the CLI prints these without a traceback."""
+
+
+class ModelLoadError(KilnError):
+    """The model file is missing, unreadable, truncated or rejected by the ONNX checker."""
+
+
+class UnsupportedOpError(KilnError):
+    """The model uses operators Kiln does not implement; lists all of them at once."""
+
+    def __init__(self, unsupported: list[tuple[str, str, int, str]]):
+        self.unsupported = unsupported
+        lines = [f"  {op} (domain '{dom or 'ai.onnx'}', opset {ver}) at node '{name}'"
+                 for op, dom, ver, name in unsupported]
+        super().__init__(f"{len(unsupported)} unsupported operator node(s):\n" + "\n".join(lines))
+
+
+class ImportError_(KilnError):
+    """A node could not be converted (bad attribute, inconsistent inputs)."""
+
+
+class TypeInferenceError(KilnError):
+    """An operator's inputs do not satisfy its type relation (shapes, dtypes, attributes)."""
+
+
+class InputError(KilnError):
+    """A run-time input is missing, unknown, or has the wrong shape or dtype."""
+
+
+class ParseError(KilnError):
+    """The IR text could not be parsed; names line and column."""
+
+
+class WellFormednessError(KilnError):
+    """The IR breaks an invariant: unbound variable, type mismatch, ..."""
+
+
+class EvaluationError(KilnError):
+    """An operator failed at run time (names the op and the node)."""

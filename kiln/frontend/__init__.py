@@ -1,0 +1,1 @@
+"""Frontends: model formats -> kiln.ir.IRModule."""

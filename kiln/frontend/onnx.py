@@ -1,0 +1,333 @@
+"""ONNX ModelProto -> IRModule.
+
+Each ONNX op type has a converter (registered per family in `onnx_*.py` beside this file)
+that turns one node into IR expressions. Initializers become Constants, graph inputs become
+typed Vars (dim_params become SizeVars), subgraphs (If/Loop/Scan bodies) become IR Functions
+or branch expressions that capture outer values directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kiln.errors import ImportError_, KilnError, ModelLoadError, TypeInferenceError, UnsupportedOpError
+from kiln.ir import dtype as _dt
+from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var, absent
+from kiln.ir.module import IRModule
+from kiln.ir.types import ANY, OptionalType, SeqType, SizeVar, TensorType, TupleType, Type
+from kiln.op.registry import get_op
+
+
+@dataclass
+class Node:
+    """What a converter sees of one ONNX node."""
+
+    proto: onnx.NodeProto
+    name: str
+    inputs: list[Expr | None]  # None: an omitted optional input
+    attrs: dict[str, Any]  # python values; graph attributes stay GraphProto
+    opset: int  # the opset version in force for the node's domain
+    ctx: "Context"
+
+    @property
+    def op_type(self) -> str:
+        return self.proto.op_type
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.proto.output)
+
+    def input(self, i: int) -> Expr | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const_input(self, i: int) -> np.ndarray | None:
+        e = self.input(i)
+        return e.data if isinstance(e, Constant) else None
+
+    def error(self, msg: str) -> ImportError_:
+        return ImportError_(f"node '{self.name}' ({self.op_type}): {msg}")
+
+
+Converter = Callable[[Node], list[Expr] | Expr]
+CONVERTERS: dict[tuple[str, str], Converter] = {}
+
+
+def converter(*op_types: str, domain: str = "") -> Callable[[Converter], Converter]:
+    """Register a converter for ONNX op types of a domain ('' is ai.onnx)."""
+
+    def deco(fn: Converter) -> Converter:
+        for t in op_types:
+            CONVERTERS[(domain, t)] = fn
+        return fn
+
+    return deco
+
+
+def onnx_attrs_to(op_name: str, node: Node, rename: dict[str, str] | None = None,
+                  drop: tuple[str, ...] = (), **override: Any) -> Any:
+    """The op's attribute dataclass filled from the node's ONNX attributes (same field names)."""
+    op = get_op(op_name)
+    if op.attrs_type is None:
+        extra = set(node.attrs) - set(drop)
+        if extra:
+            raise node.error(f"unexpected attribute(s) {', '.join(sorted(extra))}")
+        return None
+    names = {f.name for f in fields(op.attrs_type)}
+    kw: dict[str, Any] = {}
+    for k, v in node.attrs.items():
+        if k in drop:
+            continue
+        k = (rename or {}).get(k, k)
+        if k not in names:
+            raise node.error(f"unsupported attribute '{k}'")
+        kw[k] = v
+    kw.update(override)
+    try:
+        return op.attrs_type(**kw)
+    except (TypeError, ValueError) as e:
+        raise node.error(f"bad attributes: {e}") from None
+
+
+def call(op_name: str, node: Node, args: list[Expr | None], attrs: Any = None) -> Expr:
+    """A Call of a registered op on node inputs; omitted optional inputs become `()`."""
+    args = list(args)
+    while args and args[-1] is None:
+        args.pop()
+    return Call(get_op(op_name), tuple(absent() if a is None else a for a in args), attrs, node.name)
+
+
+def outputs(e: Expr, n: int) -> list[Expr]:
+    """Split a multi-output call into one expression per ONNX output."""
+    if isinstance(e.type, TupleType):
+        return [TupleGetItem(e, i) for i in range(min(n, len(e.type.fields)))]
+    return [e]
+
+
+def simple(op_type: str, op_name: str, domain: str = "", **kw: Any) -> None:
+    """Register the generic converter: same inputs, same-named attributes, outputs in order."""
+
+    def conv(node: Node) -> list[Expr]:
+        attrs = onnx_attrs_to(op_name, node, **kw)
+        return outputs(call(op_name, node, node.inputs, attrs), node.num_outputs)
+
+    CONVERTERS[(domain, op_type)] = conv
+
+
+# ---------------------------------------------------------------------------------------------
+# types, attributes, constants
+
+
+def type_from_proto(tp: onnx.TypeProto, where: str) -> Type:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        tt = tp.tensor_type
+        try:
+            dt = _dt.from_onnx(tt.elem_type)
+        except ValueError as e:
+            raise ModelLoadError(f"{where}: {e}") from None
+        if not tt.HasField("shape"):
+            return TensorType(None, dt)
+        dims: list[int | SizeVar] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(SizeVar(d.dim_param))
+            else:
+                dims.append(ANY)
+        return TensorType(tuple(dims), dt)
+    if kind == "sequence_type":
+        return SeqType(type_from_proto(tp.sequence_type.elem_type, where))
+    if kind == "optional_type":
+        return OptionalType(type_from_proto(tp.optional_type.elem_type, where))
+    raise ModelLoadError(f"{where}: unsupported value type '{kind}'")
+
+
+def attr_value(a: onnx.AttributeProto) -> Any:
+    T = onnx.AttributeProto
+    if a.type == T.INT:
+        return int(a.i)
+    if a.type == T.FLOAT:
+        return float(a.f)
+    if a.type == T.STRING:
+        return a.s.decode("utf-8", errors="replace")
+    if a.type == T.INTS:
+        return tuple(int(x) for x in a.ints)
+    if a.type == T.FLOATS:
+        return tuple(float(x) for x in a.floats)
+    if a.type == T.STRINGS:
+        return tuple(s.decode("utf-8", errors="replace") for s in a.strings)
+    if a.type == T.TENSOR:
+        return tensor_value(a.t)
+    if a.type == T.TENSORS:
+        return tuple(tensor_value(t) for t in a.tensors)
+    if a.type == T.GRAPH:
+        return a.g
+    if a.type == T.GRAPHS:
+        return tuple(a.graphs)
+    if a.type == T.SPARSE_TENSOR:
+        return np.asarray(numpy_helper.to_array(onnx.helper.make_tensor("x", 1, [], [])))
+    if a.type == T.TYPE_PROTO:
+        return a.tp
+    raise ValueError(f"unsupported attribute type {a.type}")
+
+
+def tensor_value(t: onnx.TensorProto) -> np.ndarray:
+    arr = numpy_helper.to_array(t)
+    if arr.dtype.kind in "US":
+        arr = arr.astype(object)
+    if t.data_type == onnx.TensorProto.STRING:
+        arr = np.vectorize(lambda s: s.decode("utf-8") if isinstance(s, bytes) else s,
+                           otypes=[object])(arr) if arr.size else arr.astype(object)
+    return np.asarray(arr)
+
+
+# ---------------------------------------------------------------------------------------------
+# graphs
+
+
+class Context:
+    """Conversion state: opsets, model-local functions and a stack of name scopes."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
+        self.scopes: list[dict[str, Expr]] = []
+        self.model = model
+
+    def lookup(self, name: str, node_name: str) -> Expr:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        raise ImportError_(f"node '{node_name}': input '{name}' is not produced by any node, "
+                           f"initializer or graph input")
+
+    def convert_nodes(self, graph: onnx.GraphProto) -> None:
+        scope = self.scopes[-1]
+        for t in graph.initializer:
+            scope[t.name] = Constant(tensor_value(t))
+        for i, n in enumerate(graph.node):
+            name = n.name or f"{n.op_type}_{i}" + (f"({n.output[0]})" if n.output else "")
+            ins = [None if not x else self.lookup(x, name) for x in n.input]
+            node = Node(n, name, ins, {a.name: attr_value(a) for a in n.attribute},
+                        self.opsets.get(n.domain if n.domain != "ai.onnx" else "", 1), self)
+            conv = CONVERTERS[(node.proto.domain if node.proto.domain != "ai.onnx" else "", n.op_type)]
+            try:
+                res = conv(node)
+            except KilnError as e:
+                if name in str(e):
+                    raise
+                raise type(e)(f"node '{name}' ({n.op_type}): {e}") if not isinstance(e, UnsupportedOpError) else e
+            res = [res] if isinstance(res, Expr) else list(res)
+            for out_name, e in zip(n.output, res):
+                if out_name:
+                    scope[out_name] = e
+            missing = [o for o in n.output[len(res):] if o]
+            if missing:
+                raise ImportError_(f"node '{name}' ({n.op_type}): output(s) {', '.join(missing)} "
+                                   f"are not produced by Kiln's converter")
+
+    def graph_outputs(self, graph: onnx.GraphProto) -> list[Expr]:
+        return [self.lookup(o.name, f"graph output {o.name}") for o in graph.output]
+
+    def subgraph_function(self, graph: onnx.GraphProto, param_types: list[Type] | None = None) -> Function:
+        """A subgraph as a Function of its declared inputs, capturing outer values directly.
+
+        `param_types` overrides the declared input types (for bodies that leave them out)."""
+        params = []
+        for i, vi in enumerate(graph.input):
+            t = param_types[i] if param_types is not None else type_from_proto(vi.type, vi.name)
+            params.append(Var(vi.name, t))
+        self.scopes.append({p.name: p for p in params})
+        try:
+            self.convert_nodes(graph)
+            outs = self.graph_outputs(graph)
+        finally:
+            self.scopes.pop()
+        return Function(tuple(params), Tuple(tuple(outs)))
+
+    def subgraph_outputs(self, graph: onnx.GraphProto) -> list[Expr]:
+        """A subgraph with no inputs (an If branch): its outputs as expressions in the outer scope."""
+        self.scopes.append({})
+        try:
+            self.convert_nodes(graph)
+            return self.graph_outputs(graph)
+        finally:
+            self.scopes.pop()
+
+
+def _unsupported(model: onnx.ModelProto, opsets: dict[str, int]) -> list[tuple[str, str, int, str]]:
+    out: list[tuple[str, str, int, str]] = []
+
+    def walk(g: onnx.GraphProto) -> None:
+        for i, n in enumerate(g.node):
+            dom = n.domain if n.domain != "ai.onnx" else ""
+            if (dom, n.op_type) not in CONVERTERS:
+                out.append((n.op_type, dom, opsets.get(dom, 0), n.name or f"{n.op_type}_{i}"))
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sub in a.graphs:
+                    walk(sub)
+
+    walk(model.graph)
+    return out
+
+
+def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Read and check a model; every failure is a ModelLoadError naming the file."""
+    if isinstance(path_or_model, onnx.ModelProto):
+        model, where = path_or_model, "model"
+    elif isinstance(path_or_model, bytes):
+        where = "model bytes"
+        try:
+            model = onnx.load_from_string(path_or_model)
+        except Exception as e:
+            raise ModelLoadError(f"{where}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    else:
+        where = os.fspath(path_or_model)
+        if not os.path.exists(where):
+            raise ModelLoadError(f"{where}: no such file")
+        if os.path.isdir(where):
+            raise ModelLoadError(f"{where}: is a directory, expected an .onnx file")
+        try:
+            model = onnx.load(where)
+        except Exception as e:
+            raise ModelLoadError(f"{where}: not a readable ONNX model; the file may be truncated or "
+                                 f"not ONNX ({type(e).__name__}: {str(e)[:200]})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{where}: not an ONNX model (empty graph); the file may be truncated")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ModelLoadError(f"{where}: the ONNX checker rejects the model: {str(e).strip()[:1000]}") from None
+    return model
+
+
+def from_onnx(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> IRModule:
+    """Import an ONNX model (path, bytes or ModelProto) as an IRModule; weights become Constants."""
+    import kiln.frontend.onnx_ops  # noqa: F401  (registers every converter)
+
+    model = load_model(path_or_model)
+    ctx = Context(model)
+    bad = _unsupported(model, ctx.opsets)
+    if bad:
+        raise UnsupportedOpError(bad)
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    params = [Var(vi.name, type_from_proto(vi.type, f"graph input '{vi.name}'"))
+              for vi in g.input if vi.name not in inits]
+    ctx.scopes.append({p.name: p for p in params})
+    try:
+        ctx.convert_nodes(g)
+        outs = ctx.graph_outputs(g)
+    except TypeInferenceError as e:
+        raise TypeInferenceError(f"{e}") from None
+    main = Function(tuple(params), Tuple(tuple(outs)))
+    return IRModule({"main": main}, tuple(o.name for o in g.output),
+                    {"producer": model.producer_name, "opsets": dict(ctx.opsets)})

@@ -1,0 +1,6 @@
+"""The operator registry and every operator family (importing this registers them all)."""
+
+from kiln.op.registry import REGISTRY, OpDef, Pattern, define_op, get_op  # noqa: F401
+from kiln.op import elemwise  # noqa: F401,E402
+
+__all__ = ["REGISTRY", "OpDef", "Pattern", "define_op", "get_op"]

@@ -1,0 +1,131 @@
+"""The operator registry: each operator is defined once, with everything the compiler needs.
+
+An OpDef holds the operator's name (`family.op`), its attribute class (a frozen dataclass), a
+type relation, a fusion pattern and a numpy reference implementation (the interpreter and
+constant folding run it). Later layers attach their compute/schedules by name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from kiln.errors import TypeInferenceError
+from kiln.ir.expr import Constant, Expr, Op, is_absent
+from kiln.ir.types import Type
+
+
+class Pattern(enum.IntEnum):
+    """Fusion patterns, ordered as TVM orders them: a lower value fuses more freely."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_EWISE_FUSABLE = 4
+    TUPLE = 7
+    OPAQUE = 8
+
+
+ELEMWISE, BROADCAST, INJECTIVE = Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE
+COMM_REDUCE, OUT_EWISE_FUSABLE = Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE
+TUPLE, OPAQUE = Pattern.TUPLE, Pattern.OPAQUE
+
+# type relation: (attrs, arg types, constant arg values) -> output type.
+# An omitted optional input appears as None in both lists; a non-constant arg's value is None.
+TypeRel = Callable[[Any, list, list], Type]
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef(Op):
+    name: str
+    pattern: Pattern
+    type_rel: TypeRel
+    reference: Callable[..., Any]  # reference(attrs, *arg values) -> value
+    attrs_type: type | None = None
+    num_inputs: tuple[int, int | None] = (1, 1)
+    doc: str = ""
+    extra: dict = field(default_factory=dict)  # later layers: te compute, schedules, ...
+
+    def infer_type(self, args: tuple[Expr, ...], attrs: Any) -> Type:
+        lo, hi = self.num_inputs
+        if len(args) < lo or (hi is not None and len(args) > hi):
+            want = f"{lo}" if lo == hi else f"{lo}..{hi if hi is not None else 'n'}"
+            raise TypeInferenceError(f"expects {want} inputs, got {len(args)}")
+        if self.attrs_type is not None and not isinstance(attrs, self.attrs_type):
+            raise TypeInferenceError(f"expects attrs {self.attrs_type.__name__}, got {type(attrs).__name__}")
+        types = [None if is_absent(a) else a.type for a in args]
+        values = [a.data if isinstance(a, Constant) else None for a in args]
+        try:
+            return self.type_rel(attrs, types, values)
+        except TypeInferenceError:
+            raise
+        except (ValueError, IndexError, TypeError, KeyError, AssertionError) as e:
+            raise TypeInferenceError(f"{type(e).__name__}: {e}") from None
+
+    def __call__(self, *args: Expr, attrs: Any = None, name: str = "", **kw) -> Expr:
+        """Build a Call: `nn.relu(x)` or `nn.conv(x, w, strides=(2, 2))`."""
+        from kiln.ir.expr import Call
+
+        if attrs is None and self.attrs_type is not None:
+            attrs = self.attrs_type(**kw)
+        elif kw:
+            raise TypeError(f"{self.name} takes no attributes {sorted(kw)}")
+        return Call(self, args, attrs, name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def define_op(name: str, *, pattern: Pattern, infer: TypeRel, ref: Callable[..., Any],
+              attrs: type | None = None, inputs: int | tuple[int, int | None] = 1,
+              doc: str = "") -> OpDef:
+    """Define and register an operator. `inputs` is a count or a (min, max) range (max None: variadic)."""
+    if name in REGISTRY:
+        raise ValueError(f"operator {name} defined twice")
+    if attrs is not None and not is_dataclass(attrs):
+        raise TypeError(f"{name}: attrs must be a frozen dataclass")
+    rng = (inputs, inputs) if isinstance(inputs, int) else inputs
+    op = OpDef(name, pattern, infer, ref, attrs, rng, doc)
+    REGISTRY[name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    if name not in REGISTRY:
+        raise KeyError(f"no operator named {name!r}")
+    return REGISTRY[name]
+
+
+def attr_items(attrs: Any) -> list[tuple[str, Any]]:
+    """(name, value) of every attribute field, in declaration order."""
+    if attrs is None:
+        return []
+    return [(f.name, getattr(attrs, f.name)) for f in fields(attrs)]
+
+
+def attrs_equal(a: Any, b: Any) -> bool:
+    """Attribute equality that treats array-valued fields by value."""
+    if type(a) is not type(b):
+        return False
+    for (_, x), (_, y) in zip(attr_items(a), attr_items(b)):
+        if not value_equal(x, y):
+            return False
+    return True
+
+
+def value_equal(x: Any, y: Any) -> bool:
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
+                and x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")))
+    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+        return len(x) == len(y) and all(value_equal(p, q) for p, q in zip(x, y))
+    if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
+        return True
+    return type(x) is type(y) and x == y

@@ -1,0 +1,209 @@
+"""The reference interpreter: runs any IRModule with the operators' numpy references.
+
+It is the reference semantics for everything later (constant folding, pass and codegen
+differential tests). Evaluation uses an explicit stack, so a 10,000-node chain is fine; If
+evaluates only the branch taken; a Function evaluates to a Closure that operators such as
+Loop and Scan call.
+
+Values: tensors are numpy arrays, tuples are Python tuples, sequences Python lists, an empty
+optional is None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln.errors import EvaluationError, InputError, KilnError
+from kiln.ir import dtype as _dt
+from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var
+from kiln.ir.module import IRModule
+from kiln.ir.types import OptionalType, SeqType, SizeVar, TensorType, TupleType, Type
+
+
+class Scope:
+    """Values of evaluated expressions, keyed by node identity, with a parent for closures."""
+
+    __slots__ = ("values", "parent")
+
+    def __init__(self, parent: "Scope | None" = None):
+        self.values: dict[int, Any] = {}
+        self.parent = parent
+
+    def lookup(self, e: Expr) -> tuple[bool, Any]:
+        s: Scope | None = self
+        k = id(e)
+        while s is not None:
+            if k in s.values:
+                return True, s.values[k]
+            s = s.parent
+        return False, None
+
+
+class Closure:
+    """A Function value: callable with argument values, evaluated in its defining scope."""
+
+    def __init__(self, fn: Function, scope: Scope, interp: "Interpreter"):
+        self.fn, self.scope, self.interp = fn, scope, interp
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.fn.params):
+            raise EvaluationError(f"function expects {len(self.fn.params)} arguments, got {len(args)}")
+        inner = Scope(self.scope)
+        for p, a in zip(self.fn.params, args):
+            inner.values[id(p)] = a
+        return self.interp.eval(self.fn.body, inner)
+
+
+class Interpreter:
+    def __init__(self, mod: IRModule | None = None):
+        self.mod = mod
+
+    def eval(self, root: Expr, scope: Scope) -> Any:
+        stack: list[Expr] = [root]
+        while stack:
+            e = stack[-1]
+            found, _ = scope.lookup(e)
+            if found:
+                stack.pop()
+                continue
+            need = self._pending(e, scope)
+            if need is not None:
+                stack.append(need)
+                continue
+            scope.values[id(e)] = self._compute(e, scope)
+            stack.pop()
+        return scope.lookup(root)[1]
+
+    def _pending(self, e: Expr, scope: Scope) -> Expr | None:
+        """The first dependency of `e` not yet evaluated, or None when `e` is ready."""
+        if isinstance(e, If):
+            ok, cond = scope.lookup(e.cond)
+            if not ok:
+                return e.cond
+            branch = e.then_branch if _truth(cond) else e.else_branch
+            return None if scope.lookup(branch)[0] else branch
+        if isinstance(e, Let):
+            ok, val = scope.lookup(e.value)
+            if not ok:
+                return e.value
+            scope.values[id(e.var)] = val
+            return None if scope.lookup(e.body)[0] else e.body
+        if isinstance(e, (Function, Var, GlobalVar, Constant)):
+            return None
+        deps: tuple[Expr, ...]
+        if isinstance(e, Call):
+            deps = ((e.op,) if isinstance(e.op, Expr) else ()) + e.args
+        elif isinstance(e, Tuple):
+            deps = e.fields
+        elif isinstance(e, TupleGetItem):
+            deps = (e.tuple_value,)
+        else:
+            raise EvaluationError(f"cannot evaluate {type(e).__name__}")
+        for d in deps:
+            if not scope.lookup(d)[0]:
+                return d
+        return None
+
+    def _compute(self, e: Expr, scope: Scope) -> Any:
+        get = lambda x: scope.lookup(x)[1]  # noqa: E731
+        if isinstance(e, Constant):
+            return e.data
+        if isinstance(e, Var):
+            raise EvaluationError(f"unbound variable %{e.name}")
+        if isinstance(e, GlobalVar):
+            if self.mod is None or e.name not in self.mod.functions:
+                raise EvaluationError(f"unknown global function @{e.name}")
+            return Closure(self.mod.functions[e.name], Scope(), self)
+        if isinstance(e, Function):
+            return Closure(e, scope, self)
+        if isinstance(e, Tuple):
+            return tuple(get(f) for f in e.fields)
+        if isinstance(e, TupleGetItem):
+            return get(e.tuple_value)[e.index]
+        if isinstance(e, If):
+            return get(e.then_branch if _truth(get(e.cond)) else e.else_branch)
+        if isinstance(e, Let):
+            return get(e.body)
+        if isinstance(e, Call):
+            args = [get(a) for a in e.args]
+            if isinstance(e.op, Op):
+                return run_op(e.op, e.attrs, args, e.name)
+            return get(e.op)(*args)
+        raise EvaluationError(f"cannot evaluate {type(e).__name__}")
+
+
+def run_op(op: Any, attrs: Any, args: list[Any], node: str = "") -> Any:
+    """Run one operator's reference; an omitted optional input (`()`) is passed as None."""
+    vals = [None if (isinstance(a, tuple) and not a) else a for a in args]
+    try:
+        return op.reference(attrs, *vals)
+    except KilnError:
+        raise
+    except Exception as exc:  # an op failing on its inputs is the user's data or a Kiln bug: name it
+        where = f" (node '{node}')" if node else ""
+        raise EvaluationError(f"{op.name}{where} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _truth(v: Any) -> bool:
+    return bool(np.asarray(v).reshape(-1)[0]) if np.asarray(v).size else False
+
+
+def check_input(name: str, value: Any, t: Type, dims: dict[str, int]) -> Any:
+    """Check a run-time input against its declared type; binds symbolic dims in `dims`."""
+    if isinstance(t, TensorType):
+        if not isinstance(value, np.ndarray):
+            if isinstance(value, (list, tuple)) or value is None:
+                raise InputError(f"input '{name}' must be a tensor of {t}, got {type(value).__name__}")
+            value = np.asarray(value)
+        want = _dt.to_numpy(t.dtype)
+        got = _dt.from_numpy(value.dtype) if value.dtype.kind != "U" else "string"
+        if got != t.dtype:
+            raise InputError(f"input '{name}' has dtype {value.dtype}; expected {t.dtype}")
+        if value.dtype.kind == "U":
+            value = value.astype(want)
+        if t.shape is not None:
+            if value.ndim != len(t.shape):
+                raise InputError(f"input '{name}' has shape {value.shape}; expected rank {len(t.shape)} "
+                                 f"({t})")
+            for i, (d, n) in enumerate(zip(t.shape, value.shape)):
+                if isinstance(d, int) and d != n:
+                    raise InputError(f"input '{name}' has shape {value.shape}; expected dim {i} = {d} ({t})")
+                if isinstance(d, SizeVar) and d.name != "?":
+                    if dims.setdefault(d.name, n) != n:
+                        raise InputError(f"input '{name}' dim {i} is {n} but symbolic dim '{d.name}' "
+                                         f"is already {dims[d.name]} from another input")
+        return value
+    if isinstance(t, SeqType):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"input '{name}' must be a sequence (list), got {type(value).__name__}")
+        return [check_input(f"{name}[{i}]", v, t.elem, dims) for i, v in enumerate(value)]
+    if isinstance(t, OptionalType):
+        return None if value is None else check_input(name, value, t.elem, dims)
+    return value
+
+
+def evaluate(mod: IRModule, feeds: dict[str, Any]) -> list[Any]:
+    """Run `main` on named inputs; returns one value per output (a tuple result is flattened)."""
+    main = mod.main
+    names = [p.name for p in main.params]
+    unknown = sorted(set(feeds) - set(names))
+    if unknown:
+        raise InputError(f"unknown input name(s) {', '.join(unknown)}; the model's inputs are "
+                         f"{', '.join(names) or '(none)'}")
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise InputError(f"missing input(s) {', '.join(missing)}")
+    dims: dict[str, int] = {}
+    scope = Scope()
+    for p in main.params:
+        scope.values[id(p)] = check_input(p.name, feeds[p.name], p.type, dims)
+    out = Interpreter(mod).eval(main.body, scope)
+    return list(out) if isinstance(main.body.type, TupleType) else [out]
+
+
+def run_function(fn: Function, args: list[Any], mod: IRModule | None = None) -> Any:
+    """Evaluate a Function on argument values (used by passes such as constant folding)."""
+    return Closure(fn, Scope(), Interpreter(mod))(*args)
+
