@@ -1,0 +1,1 @@
+"""ONNX converters for kiln/op/vision.py."""

@@ -1,0 +1,1 @@
+"""ml operators."""

@@ -1,0 +1,1 @@
+"""norm operators."""
