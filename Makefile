@@ -1,0 +1,36 @@
+# Kiln: `make demo` and `make test` create .venv when missing, install Kiln with what they need, and run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kiln-installed
+JOBS ?= 2
+
+.PHONY: demo test test-slow conformance lint clean check-tools
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/kiln demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n $(JOBS) -p no:cacheprovider
+
+# long suites: slow models and sweeps
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n $(JOBS) -m slow -p no:cacheprovider
+
+# per-op conformance tables with the shared scorer (needs ../shared beside the checkout)
+conformance: $(STAMP)
+	$(PY) ../shared/conformance/onnx_conformance.py run --backend module:kiln.onnx_backend \
+		--suites node,light --jobs $(JOBS) --out conformance_results.json
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check kiln tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

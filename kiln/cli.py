@@ -1,0 +1,195 @@
+"""The `kiln` command: run, show, demo.
+
+User mistakes (bad file, unsupported op, wrong input) print the error message, not a traceback,
+and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from kiln.errors import InputError, KilnError
+
+
+def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for it in items or ():
+        if "=" not in it:
+            raise InputError(f"{what} '{it}' must look like NAME=VALUE")
+        k, v = it.split("=", 1)
+        out[k] = v
+    return out
+
+
+def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the declared shapes for inputs not given; symbolic dims come from `dims`."""
+    from kiln.ir import dtype as dt
+    from kiln.ir.types import SizeVar, TensorType
+
+    rng = np.random.default_rng(seed)
+    feeds = dict(given)
+    for p in mod.main.params:
+        if p.name in feeds:
+            continue
+        t = p.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            raise InputError(f"input '{p.name}' has type {t}; give it with --input {p.name}=FILE.npy")
+        shape = []
+        for d in t.shape:
+            if isinstance(d, SizeVar):
+                if d.name not in dims:
+                    raise InputError(f"input '{p.name}' has symbolic dim '{d.name}'; give its size with "
+                                     f"--dim {d.name}=VALUE (or the input with --input)")
+                shape.append(dims[d.name])
+            else:
+                shape.append(d)
+        npdt = dt.to_numpy(t.dtype)
+        if t.dtype == "bool":
+            arr = rng.random(shape) < 0.5
+        elif t.dtype == "string":
+            arr = np.full(shape, "kiln", dtype=object)
+        elif dt.is_float(t.dtype) or t.dtype.startswith("complex"):
+            arr = rng.standard_normal(shape).astype(npdt)
+        else:
+            arr = rng.integers(0, 8, size=shape).astype(npdt)
+        feeds[p.name] = arr
+    return feeds
+
+
+def checksum(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    if a.dtype == object:
+        return f"crc32={zlib.crc32(repr(a.tolist()).encode()):08x}"
+    total = float(np.sum(a.astype(np.float64))) if a.size and a.dtype.kind in "biufc" else 0.0
+    return f"sum={total:.6g} crc32={zlib.crc32(np.ascontiguousarray(a).tobytes()):08x}"
+
+
+def save_atomic(path: str, arr: np.ndarray) -> None:
+    """Write an .npy file so that a reader never sees it half-written."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.save(f, arr, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def safe_filename(name: str) -> str:
+    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
+    return clean or "output"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import kiln
+
+    mod = kiln.from_onnx(args.model)
+    given = {}
+    for name, path in _parse_kv(args.input, "--input").items():
+        if name not in mod.input_names:
+            raise InputError(f"--input names '{name}', but the model's inputs are {', '.join(mod.input_names)}")
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise InputError(f"--input {name}={path}: cannot read .npy file ({e})") from None
+    dims = {}
+    for k, v in _parse_kv(args.dim, "--dim").items():
+        if not v.isdigit():
+            raise InputError(f"--dim {k}={v}: the size must be a non-negative integer")
+        dims[k] = int(v)
+    feeds = random_feeds(mod, given, dims, args.seed)
+    outs = kiln.evaluate(mod, feeds)
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+    for name, val in zip(mod.output_names, outs):
+        if isinstance(val, list):
+            print(f"{name}: sequence of {len(val)} tensors")
+            continue
+        if val is None:
+            print(f"{name}: empty optional")
+            continue
+        val = np.asarray(val)
+        print(f"{name}: shape={tuple(val.shape)} dtype={val.dtype} {checksum(val)}")
+        if args.output_dir:
+            save_atomic(os.path.join(args.output_dir, safe_filename(name) + ".npy"), val)
+    return 0
+
+
+def op_counts(mod) -> collections.Counter:
+    from kiln.ir.expr import Call, Op
+    from kiln.ir.visitor import post_order
+
+    counts: collections.Counter = collections.Counter()
+    for fn in mod.functions.values():
+        for e in post_order(fn):
+            if isinstance(e, Call) and isinstance(e.op, Op):
+                counts[e.op.name] += 1
+    return counts
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import kiln
+    from kiln.ir.module import param_bytes
+
+    mod = kiln.from_onnx(args.model)
+    if args.stats:
+        counts = op_counts(mod)
+        print(f"inputs:  {', '.join(f'{p.name}: {p.type}' for p in mod.main.params)}")
+        print(f"outputs: {', '.join(mod.output_names)}")
+        print(f"operators: {sum(counts.values())} calls of {len(counts)} kinds")
+        for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"  {name:32s} {n}")
+        print(f"parameters: {param_bytes(mod):,} bytes")
+    else:
+        print(kiln.ir.text(mod))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kiln.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Kiln: a deep-learning compiler and runtime.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a model on given or random inputs",
+                       description="Run MODEL.onnx and print each output's name, shape, dtype and checksum.")
+    r.add_argument("model", help="path to an .onnx file")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    r.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim for random inputs")
+    r.add_argument("--output-dir", metavar="DIR", help="write each output as DIR/NAME.npy")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx.")
+    s.add_argument("model", help="path to an .onnx file")
+    s.add_argument("--stats", action="store_true", help="operator counts and parameter bytes instead of the IR")
+    s.set_defaults(fn=cmd_show)
+
+    d = sub.add_parser("demo", help="take a built-in CNN through every stage of Kiln",
+                       description="Build a small CNN from code (fixed-seed weights) and take it through "
+                                   "every stage Kiln has, printing what each did.")
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KilnError as e:
+        print(f"kiln {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
