@@ -131,11 +131,40 @@ def op_counts(mod) -> collections.Counter:
     return counts
 
 
+def write_atomic(path: str, text: str) -> None:
+    """Write a text file so that a reader never sees it half-written."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     import kiln
     from kiln.ir.module import param_bytes
+    from kiln.transform import PassContext, PassTiming, PrintIR
+    from kiln.transform.pipeline import optimize
 
     mod = kiln.from_onnx(args.model)
+    if args.passes:
+        args.opt_level = 2 if args.opt_level is None else args.opt_level
+        timing = PassTiming()
+        with PassContext(opt_level=args.opt_level, instruments=[PrintIR(), timing]) as ctx:
+            mod = optimize(mod, args.opt_level, ctx)
+        print(timing.table())
+    elif args.graph or args.opt_level is not None:
+        mod = optimize(mod, args.opt_level if args.opt_level is not None else 2)
+    if args.graph:
+        from kiln.ir.draw import to_html, to_svg
+
+        if not args.graph.endswith((".svg", ".html")):
+            raise InputError(f"--graph {args.graph}: the file name must end in .svg or .html")
+        page = to_svg(mod) if args.graph.endswith(".svg") else to_html(mod, os.path.basename(args.model))
+        write_atomic(args.graph, page)
+        print(f"wrote {args.graph}")
+        return 0
+    if args.passes:
+        return 0
     if args.stats:
         counts = op_counts(mod)
         print(f"inputs:  {', '.join(f'{p.name}: {p.type}' for p in mod.main.params)}")
@@ -171,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx.")
     s.add_argument("model", help="path to an .onnx file")
     s.add_argument("--stats", action="store_true", help="operator counts and parameter bytes instead of the IR")
+    s.add_argument("--passes", action="store_true", help="run the standard pipeline, printing the IR after "
+                   "each pass and a timing table")
+    s.add_argument("--opt-level", type=int, choices=range(4), default=None, metavar="{0,1,2,3}",
+                   help="optimize at this level first (default for --passes and --graph: 2)")
+    s.add_argument("--graph", metavar="OUT.svg|OUT.html", help="draw the (optimized) graph: fused groups as "
+                   "boxes, tensor shapes on edges")
     s.set_defaults(fn=cmd_show)
 
     d = sub.add_parser("demo", help="take a built-in CNN through every stage of Kiln",

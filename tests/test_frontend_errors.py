@@ -111,3 +111,17 @@ def test_onnx_backend_runs_by_position_and_name():
     np.testing.assert_array_equal(a, b)
     assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
     assert isinstance(onnx.ModelProto(), onnx.ModelProto)
+
+
+def test_model_local_function_is_inlined():
+    fn = helper.make_function(
+        "local", "AddRelu", ["a", "b"], ["c"],
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["s"], ["c"])],
+        [helper.make_opsetid("", 21)])
+    m = model([helper.make_node("AddRelu", ["x", "y"], ["z"], domain="local")],
+              [("x", F, [3]), ("y", F, [3])], [("z", F, [3])])
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.append(fn)
+    mod = kiln.from_onnx(m)
+    (z,) = kiln.evaluate(mod, {"x": np.array([1, -5, 2], np.float32), "y": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(z, [2, 0, 3])

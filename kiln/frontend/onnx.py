@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from kiln.errors import ImportError_, KilnError, ModelLoadError, TypeInferenceError, UnsupportedOpError
+from kiln.errors import ImportError_, KilnError, ModelLoadError, UnsupportedOpError
 from kiln.ir import dtype as _dt
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var, absent
 from kiln.ir.module import IRModule
@@ -172,7 +172,7 @@ def attr_value(a: onnx.AttributeProto) -> Any:
     if a.type == T.GRAPHS:
         return tuple(a.graphs)
     if a.type == T.SPARSE_TENSOR:
-        return np.asarray(numpy_helper.to_array(onnx.helper.make_tensor("x", 1, [], [])))
+        return a.sparse_tensor  # converters that accept it (Constant) densify it
     if a.type == T.TYPE_PROTO:
         return a.tp
     raise ValueError(f"unsupported attribute type {a.type}")
@@ -199,6 +199,7 @@ class Context:
         self.opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
         self.scopes: list[dict[str, Expr]] = []
         self.model = model
+        self.functions = {(f.domain, f.name): f for f in model.functions}
 
     def lookup(self, name: str, node_name: str) -> Expr:
         for scope in reversed(self.scopes):
@@ -214,11 +215,13 @@ class Context:
         for i, n in enumerate(graph.node):
             name = n.name or f"{n.op_type}_{i}" + (f"({n.output[0]})" if n.output else "")
             ins = [None if not x else self.lookup(x, name) for x in n.input]
-            node = Node(n, name, ins, {a.name: attr_value(a) for a in n.attribute},
-                        self.opsets.get(n.domain if n.domain != "ai.onnx" else "", 1), self)
-            conv = CONVERTERS[(node.proto.domain if node.proto.domain != "ai.onnx" else "", n.op_type)]
+            dom = n.domain if n.domain != "ai.onnx" else ""
+            node = Node(n, name, ins, {a.name: attr_value(a) for a in n.attribute}, self.opsets.get(dom, 1), self)
             try:
-                res = conv(node)
+                if (n.domain, n.op_type) in self.functions:
+                    res = self.inline_function(self.functions[(n.domain, n.op_type)], node)
+                else:
+                    res = CONVERTERS[(dom, n.op_type)](node)
             except KilnError as e:
                 if name in str(e):
                     raise
@@ -231,6 +234,36 @@ class Context:
             if missing:
                 raise ImportError_(f"node '{name}' ({n.op_type}): output(s) {', '.join(missing)} "
                                    f"are not produced by Kiln's converter")
+
+    def inline_function(self, fn: onnx.FunctionProto, node: Node) -> list[Expr]:
+        """Expand a call of a model-local function: its body, with attribute references resolved."""
+        given = {a.name: a for a in node.proto.attribute}
+        defaults = {a.name: a for a in fn.attribute_proto}
+        body = onnx.GraphProto()
+        for inner in fn.node:
+            n = body.node.add()
+            n.CopyFrom(inner)
+            del n.attribute[:]
+            for a in inner.attribute:
+                if a.ref_attr_name:
+                    src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                    if src is None:
+                        continue
+                    a2 = n.attribute.add()
+                    a2.CopyFrom(src)
+                    a2.name = a.name
+                else:
+                    n.attribute.add().CopyFrom(a)
+        scope = {formal: actual for formal, actual in zip(fn.input, node.inputs) if actual is not None}
+        saved = self.opsets
+        self.opsets = {**saved, **{o.domain if o.domain != "ai.onnx" else "": o.version for o in fn.opset_import}}
+        self.scopes.append(scope)
+        try:
+            self.convert_nodes(body)
+            return [scope[o] if o in scope else self.lookup(o, node.name) for o in fn.output]
+        finally:
+            self.scopes.pop()
+            self.opsets = saved
 
     def graph_outputs(self, graph: onnx.GraphProto) -> list[Expr]:
         return [self.lookup(o.name, f"graph output {o.name}") for o in graph.output]
@@ -263,11 +296,12 @@ class Context:
 
 def _unsupported(model: onnx.ModelProto, opsets: dict[str, int]) -> list[tuple[str, str, int, str]]:
     out: list[tuple[str, str, int, str]] = []
+    local = {(f.domain, f.name) for f in model.functions}
 
-    def walk(g: onnx.GraphProto) -> None:
+    def walk(g: onnx.GraphProto | onnx.FunctionProto) -> None:
         for i, n in enumerate(g.node):
             dom = n.domain if n.domain != "ai.onnx" else ""
-            if (dom, n.op_type) not in CONVERTERS:
+            if (dom, n.op_type) not in CONVERTERS and (n.domain, n.op_type) not in local:
                 out.append((n.op_type, dom, opsets.get(dom, 0), n.name or f"{n.op_type}_{i}"))
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
@@ -276,6 +310,8 @@ def _unsupported(model: onnx.ModelProto, opsets: dict[str, int]) -> list[tuple[s
                     walk(sub)
 
     walk(model.graph)
+    for f in model.functions:
+        walk(f)
     return out
 
 
@@ -323,11 +359,8 @@ def from_onnx(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> IRM
     params = [Var(vi.name, type_from_proto(vi.type, f"graph input '{vi.name}'"))
               for vi in g.input if vi.name not in inits]
     ctx.scopes.append({p.name: p for p in params})
-    try:
-        ctx.convert_nodes(g)
-        outs = ctx.graph_outputs(g)
-    except TypeInferenceError as e:
-        raise TypeInferenceError(f"{e}") from None
+    ctx.convert_nodes(g)
+    outs = ctx.graph_outputs(g)
     main = Function(tuple(params), Tuple(tuple(outs)))
     return IRModule({"main": main}, tuple(o.name for o in g.output),
                     {"producer": model.producer_name, "opsets": dict(ctx.opsets)})

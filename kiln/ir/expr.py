@@ -67,8 +67,9 @@ class Constant(Expr):
 
     def __post_init__(self):
         data = self.data if isinstance(self.data, np.ndarray) else np.asarray(self.data)
-        data = data.copy()
-        data.flags.writeable = False
+        if data.flags.writeable:  # NOTE: a read-only array (e.g. a broadcast splat) is taken as is
+            data = data.copy()
+            data.flags.writeable = False
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "type", TensorType(data.shape, _dt.from_numpy(data.dtype)))
 
