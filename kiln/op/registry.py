@@ -48,6 +48,7 @@ class OpDef(Op):
     attrs_type: type | None = None
     num_inputs: tuple[int, int | None] = (1, 1)
     doc: str = ""
+    pure: bool = True  # False: results are not a function of the inputs (random): never fold or merge
     extra: dict = field(default_factory=dict)  # later layers: te compute, schedules, ...
 
     def infer_type(self, args: tuple[Expr, ...], attrs: Any) -> Type:
@@ -57,8 +58,10 @@ class OpDef(Op):
             raise TypeInferenceError(f"expects {want} inputs, got {len(args)}")
         if self.attrs_type is not None and not isinstance(attrs, self.attrs_type):
             raise TypeInferenceError(f"expects attrs {self.attrs_type.__name__}, got {type(attrs).__name__}")
-        types = [None if is_absent(a) else a.type for a in args]
-        values = [a.data if isinstance(a, Constant) else None for a in args]
+        # omitted optional inputs (trailing ones are dropped) appear as None up to the op's arity
+        pad = [None] * ((hi if hi is not None else len(args)) - len(args))
+        types = [None if is_absent(a) else a.type for a in args] + pad
+        values = [a.data if isinstance(a, Constant) else None for a in args] + pad
         try:
             return self.type_rel(attrs, types, values)
         except TypeInferenceError:
@@ -85,14 +88,14 @@ REGISTRY: dict[str, OpDef] = {}
 
 def define_op(name: str, *, pattern: Pattern, infer: TypeRel, ref: Callable[..., Any],
               attrs: type | None = None, inputs: int | tuple[int, int | None] = 1,
-              doc: str = "") -> OpDef:
+              doc: str = "", pure: bool = True) -> OpDef:
     """Define and register an operator. `inputs` is a count or a (min, max) range (max None: variadic)."""
     if name in REGISTRY:
         raise ValueError(f"operator {name} defined twice")
     if attrs is not None and not is_dataclass(attrs):
         raise TypeError(f"{name}: attrs must be a frozen dataclass")
     rng = (inputs, inputs) if isinstance(inputs, int) else inputs
-    op = OpDef(name, pattern, infer, ref, attrs, rng, doc)
+    op = OpDef(name, pattern, infer, ref, attrs, rng, doc, pure)
     REGISTRY[name] = op
     return op
 

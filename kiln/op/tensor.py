@@ -44,10 +44,13 @@ def _index_input(t, what: str, dtypes: Sequence[str] = INDEX) -> TensorType:
 
 
 def _vector(t, what: str, dtypes: Sequence[str] = ("int64",)) -> int | None:
-    """Check a 1-D integer input (axes, pads, shape...) and return its static length, if known."""
+    """Check a 1-D integer input (axes, pads, shape...) and return its static length, if known.
+    A scalar counts as one element, as onnxruntime accepts it."""
     t = _index_input(t, what, dtypes)
     if t.shape is None:
         return None
+    if len(t.shape) == 0:
+        return 1
     if len(t.shape) != 1:
         raise TypeInferenceError(f"{what} must be 1-D, got shape {t.shape}")
     return t.shape[0] if isinstance(t.shape[0], int) else None
@@ -968,7 +971,8 @@ def _range_rel(attrs, types, values):
     if attrs.stash_type not in ("float32", "float64"):
         raise TypeInferenceError(f"stash_type must be float32 or float64, got {attrs.stash_type}")
     for t, w in zip(ts, ("start", "limit", "delta")):
-        if t.shape is not None and shape_product(t.shape) != 1:
+        n = shape_product(t.shape) if t.shape is not None else 1
+        if isinstance(n, int) and n != 1:
             raise TypeInferenceError(f"{w} must be a scalar, got shape {t.shape}")
     if any(v is None for v in values):
         return TensorType((ANY,), dtype)

@@ -47,6 +47,11 @@ class Closure:
     def __init__(self, fn: Function, scope: Scope, interp: "Interpreter"):
         self.fn, self.scope, self.interp = fn, scope, interp
 
+    @property
+    def type(self) -> Type:
+        """The function's FuncType (e.g. to shape the outputs of a loop that runs zero times)."""
+        return self.fn.type
+
     def __call__(self, *args: Any) -> Any:
         if len(args) != len(self.fn.params):
             raise EvaluationError(f"function expects {len(self.fn.params)} arguments, got {len(args)}")
@@ -178,7 +183,8 @@ def check_input(name: str, value: Any, t: Type, dims: dict[str, int]) -> Any:
     if isinstance(t, SeqType):
         if not isinstance(value, (list, tuple)):
             raise InputError(f"input '{name}' must be a sequence (list), got {type(value).__name__}")
-        return [check_input(f"{name}[{i}]", v, t.elem, dims) for i, v in enumerate(value)]
+        # each element binds its own symbolic dims: elements of one sequence may differ in size
+        return [check_input(f"{name}[{i}]", v, t.elem, dict(dims)) for i, v in enumerate(value)]
     if isinstance(t, OptionalType):
         return None if value is None else check_input(name, value, t.elem, dims)
     return value

@@ -25,7 +25,7 @@ def _attrs_key(attrs: Any) -> tuple:
 
 
 def _key(e: Expr) -> tuple | None:
-    if isinstance(e, Call) and isinstance(e.op, Op) and not e.op.name.startswith("random."):
+    if isinstance(e, Call) and isinstance(e.op, Op) and e.op.pure:
         return ("call", e.op.name, _attrs_key(e.attrs), tuple(id(a) for a in e.args))
     if isinstance(e, Tuple):
         return ("tuple", tuple(id(f) for f in e.fields))

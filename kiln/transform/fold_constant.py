@@ -64,7 +64,7 @@ FOLD_RULES: dict[str, Callable[[Call], Expr | None]] = {
 
 def _foldable(call: Call) -> bool:
     op = call.op
-    return (isinstance(op, Op) and not op.name.startswith("random.")
+    return (isinstance(op, Op) and op.pure
             and all(isinstance(a, Constant) or is_absent(a) for a in call.args))
 
 

@@ -14,8 +14,9 @@ refines unknown dims) is discarded, as is one whose construction fails type infe
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -55,27 +56,27 @@ class Pattern:
     def match(self, e: Expr | None, caps: dict[str, Expr]) -> dict[str, Expr] | None:  # pragma: no cover
         raise NotImplementedError
 
-    def named(self, name: str) -> "Pattern":
+    def named(self, name: str) -> Pattern:
         return _Named(self, name)
 
-    def where(self, pred: Callable[[Expr], bool]) -> "Pattern":
+    def where(self, pred: Callable[[Expr], bool]) -> Pattern:
         return _Where(self, pred)
 
-    def has_attr(self, **want: Any) -> "Pattern":
+    def has_attr(self, **want: Any) -> Pattern:
         """The matched call's attributes have these field values."""
         return self.where(lambda e: isinstance(e, Call) and e.attrs is not None and all(
             hasattr(e.attrs, k) and value_equal(getattr(e.attrs, k), v) for k, v in want.items()))
 
-    def has_dtype(self, *dtypes: str) -> "Pattern":
+    def has_dtype(self, *dtypes: str) -> Pattern:
         return self.where(lambda e: isinstance(e.type, TensorType) and e.type.dtype in dtypes)
 
-    def has_rank(self, rank: int) -> "Pattern":
+    def has_rank(self, rank: int) -> Pattern:
         return self.where(lambda e: isinstance(e.type, TensorType) and e.type.ndim == rank)
 
-    def has_type(self, pred: Callable[[Type], bool]) -> "Pattern":
+    def has_type(self, pred: Callable[[Type], bool]) -> Pattern:
         return self.where(lambda e: pred(e.type))
 
-    def __or__(self, other: "Pattern") -> "Pattern":
+    def __or__(self, other: Pattern) -> Pattern:
         return _Alt((self, other))
 
 
@@ -145,7 +146,7 @@ class OpPattern(Pattern):
     def match(self, e, caps):
         return caps if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name in self.names else None
 
-    def __call__(self, *args: Pattern) -> "CallPattern":
+    def __call__(self, *args: Pattern) -> CallPattern:
         return CallPattern(self, tuple(args))
 
 
@@ -237,6 +238,11 @@ def is_tuple_get_item(tuple_value: Pattern, index: int | None = None) -> Pattern
 
 def optional(inner: Pattern | None = None) -> Pattern:
     return _Optional(inner or _Wildcard())
+
+
+def omitted() -> Pattern:
+    """An operator input that is omitted (absent, or past the end of the argument list)."""
+    return _Optional(_Wildcard().where(lambda e: False))
 
 
 def all_close(e: Constant, value: float, rtol: float | None = None) -> bool:

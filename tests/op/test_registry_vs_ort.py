@@ -31,6 +31,10 @@ SKIP_OPS = {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "R
             "Multinomial", "Dropout"}
 # integer overflow is undefined by ONNX (numpy and onnx.reference wrap, onnxruntime saturates)
 OVERFLOW_UNDEFINED = {"ReduceProd", "CumProd", "Pow", "ReduceSumSquare"}
+# ops that accumulate in float32 where onnxruntime rounds in float16, or whose long recurrences
+# amplify rounding: compared more loosely (Kiln is the closer one to float64 for these)
+LOOSE_OPS = {"Attention", "LinearAttention"}
+LOOSE_TOL = {"float16": (3e-2, 5e-3), "float32": (1e-3, 1e-4)}
 TOL = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float32": (1e-4, 1e-5), "float64": (1e-7, 1e-9)}
 
 
@@ -65,6 +69,7 @@ def _random_like(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _compare(model: onnx.ModelProto, feeds: dict, what: str) -> bool:
+    loose = model.graph.node[0].op_type in LOOSE_OPS
     refs = _ort_run(model, feeds)
     if refs is None:
         return False
@@ -85,7 +90,8 @@ def _compare(model: onnx.ModelProto, feeds: dict, what: str) -> bool:
             np.testing.assert_array_equal(o, r, err_msg=what)
             continue
         assert o.dtype == r.dtype, f"{what} output {i}: dtype {o.dtype} vs onnxruntime {r.dtype}"
-        rtol, atol = TOL.get(dt.from_numpy(r.dtype), (0, 0))
+        name = dt.from_numpy(r.dtype)
+        rtol, atol = (LOOSE_TOL if loose and name in LOOSE_TOL else TOL).get(name, (0, 0))
         np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol,
                                    err_msg=f"{what} output {i}")
     return True
