@@ -125,8 +125,12 @@ def attrs_equal(a: Any, b: Any) -> bool:
 
 def value_equal(x: Any, y: Any) -> bool:
     if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-        return (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
-                and x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")))
+        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
+                and x.shape == y.shape):
+            return False
+        if x.dtype.kind == "V":  # ml_dtypes floats (bfloat16, float8...): compare widened, NaN == NaN
+            x, y = x.astype(np.float64), y.astype(np.float64)
+        return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
     if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
         return len(x) == len(y) and all(value_equal(p, q) for p, q in zip(x, y))
     if isinstance(x, float) and isinstance(y, float) and x != x and y != y:

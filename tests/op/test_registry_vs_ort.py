@@ -33,8 +33,17 @@ SKIP_OPS = {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "R
 OVERFLOW_UNDEFINED = {"ReduceProd", "CumProd", "Pow", "ReduceSumSquare"}
 # ops that accumulate in float32 where onnxruntime rounds in float16, or whose long recurrences
 # amplify rounding: compared more loosely (Kiln is the closer one to float64 for these)
-LOOSE_OPS = {"Attention", "LinearAttention"}
-LOOSE_TOL = {"float16": (3e-2, 5e-3), "float32": (1e-3, 1e-4)}
+LOOSE_OPS = {"Attention", "LinearAttention", "AffineGrid", "DFT", "GroupNormalization"}
+LOOSE_TOL = {"float16": (3e-2, 5e-3), "float32": (1e-3, 1e-4), "float64": (1e-5, 1e-7)}
+# variants where onnxruntime departs from the ONNX spec / conformance data (Kiln follows the spec)
+ORT_DISAGREES = {
+    "MaxUnpool": (lambda case, dtype: len(node_cases()[case].model.graph.node[0].input) == 3,
+                  "ORT reads indices as positions in output_shape, the ONNX test data in the default shape"),
+    "Resize": (lambda case, dtype: dtype in dt.INTS,
+               "ORT truncates integer results, the spec and onnx.reference round half to even"),
+    "Attention": (lambda case, dtype: "qk_matmul" in case and "causal" in case,
+                  "ORT leaves the causal mask out of the qk_matmul_output it returns"),
+}
 TOL = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float32": (1e-4, 1e-5), "float64": (1e-7, 1e-9)}
 
 
@@ -66,6 +75,11 @@ def _random_like(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if a.dtype.kind == "f" and a.size:
         return rng.standard_normal(a.shape).astype(a.dtype) * 2
     return a
+
+
+def _ort_disagrees(op_type: str, case: str, dtype: str) -> bool:
+    rule = ORT_DISAGREES.get(op_type)
+    return rule is not None and rule[0](case, dtype)
 
 
 def _compare(model: onnx.ModelProto, feeds: dict, what: str) -> bool:
@@ -165,7 +179,9 @@ def test_op_against_onnxruntime(op_type: str) -> None:
             if not all(isinstance(x, np.ndarray) for x in ins):
                 continue
             feeds = {n: _random_like(x, rng) for n, x in zip(inputs, ins)}
-            compared += _compare(model, feeds, f"{name} (random values)")
+            first = next((dt.from_numpy(x.dtype) for x in ins if x.dtype.kind != "O"), "string")
+            if not _ort_disagrees(op_type, name, first):
+                compared += _compare(model, feeds, f"{name} (random values)")
             node = model.graph.node[0]
             try:
                 schema = onnx.defs.get_schema(node.op_type, max(o.version for o in model.opset_import))
@@ -178,7 +194,7 @@ def test_op_against_onnxruntime(op_type: str) -> None:
             for other in allowed:
                 if other == base or other not in dt.NUMERIC + ("bool",) or base not in dt.NUMERIC + ("bool",):
                     continue
-                if op_type in OVERFLOW_UNDEFINED and other in dt.INTS:
+                if (op_type in OVERFLOW_UNDEFINED and other in dt.INTS) or _ort_disagrees(op_type, name, other):
                     continue
                 m2 = _retyped(model, in_idx, out_idx, other)
                 f2 = dict(feeds)
