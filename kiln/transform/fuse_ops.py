@@ -25,7 +25,8 @@ from kiln.transform.infra import PassContext, function_pass
 from kiln.transform.normal_form import to_gnf_expr
 
 DEFAULT_MAX_GROUP = 256  # PassContext.config["fuse_ops.max_group_size"]
-INLINE_CONSTANT_ELEMENTS = 1  # constants this small stay inside the fused function
+INLINE_CONSTANT_ELEMENTS = 1  # float constants this small stay inside the fused function
+INLINE_INDEX_ELEMENTS = 1024  # integer constants (shapes, axes, indices) up to this size too
 
 
 @dataclass(eq=False)
@@ -246,7 +247,13 @@ def _groups(g: _Graph) -> dict[int, list[_Node]]:
 
 
 def _inline_constant(e: Expr) -> bool:
-    return isinstance(e, Constant) and e.data.size <= INLINE_CONSTANT_ELEMENTS
+    """Small constants stay in the kernel; integer ones may decide shapes (reshape targets, axes), so
+    turning them into parameters would lose static types."""
+    if not isinstance(e, Constant):
+        return False
+    if e.data.dtype.kind in "biu":
+        return e.data.size <= INLINE_INDEX_ELEMENTS
+    return e.data.size <= INLINE_CONSTANT_ELEMENTS
 
 
 def fuse_expr(root: Expr, max_size: int = DEFAULT_MAX_GROUP) -> Expr:

@@ -271,6 +271,10 @@ class Rule:
     name: str
     pattern: Pattern
     rewrite: Callable[[Match], Expr | None]
+    ops: frozenset[str] | None = field(init=False, compare=False, repr=False)  # dispatch index
+
+    def __post_init__(self):
+        object.__setattr__(self, "ops", root_ops(self.pattern))
 
 
 def type_refines(old: Type, new: Type) -> bool:
@@ -347,8 +351,25 @@ def _note_uses(uses: dict[int, int], new: Expr, count: int, old: Expr | None) ->
         uses[id(new)] = MANY
 
 
+def root_ops(p: Pattern) -> frozenset[str] | None:
+    """Operator names a pattern's root can match (None: not only calls of named operators)."""
+    if isinstance(p, OpPattern):
+        return p.names
+    if isinstance(p, CallPattern):
+        return p.op.names
+    if isinstance(p, (_Named, _Where)):
+        return root_ops(p.inner)
+    if isinstance(p, _Alt):
+        sets = [root_ops(o) for o in p.options]
+        return None if any(s is None for s in sets) else frozenset().union(*sets)
+    return None
+
+
 def _first_rewrite(e: Expr, rules: Sequence[Rule], use_count, stats: Counter | None) -> Expr | None:
+    name = e.op.name if isinstance(e, Call) and isinstance(e.op, Op) else None
     for rule in rules:
+        if rule.ops is not None and name not in rule.ops:
+            continue
         caps = rule.pattern.match(e, {})
         if caps is None:
             continue
@@ -368,16 +389,9 @@ def _first_rewrite(e: Expr, rules: Sequence[Rule], use_count, stats: Counter | N
     return None
 
 
-def constant_value(e: Expr) -> np.ndarray | None:
-    return e.data if isinstance(e, Constant) else None
-
-
 def int_list(e: Expr | None) -> list[int] | None:
     """The values of a constant integer vector (None when not a constant)."""
     if e is None or not isinstance(e, Constant) or e.data.dtype.kind not in "iu":
         return None
     return [int(v) for v in e.data.reshape(-1)]
 
-
-def rule_names(rules: Sequence[Rule]) -> list[str]:
-    return [r.name for r in rules]

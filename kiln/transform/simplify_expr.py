@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import ml_dtypes
 import numpy as np
 
 from kiln.ir import dtype as dt
@@ -175,18 +176,24 @@ def _neutral(op: str, value: float):
 
 
 def exact_cast(src: str, dst: str) -> bool:
-    """Every value of `src` is represented exactly in `dst`."""
+    """Every value of `src` is represented exactly in `dst` (so casting through dst loses nothing)."""
     if src == dst:
         return True
-    if "string" in (src, dst) or dst in dt.SMALL_FLOATS or dst in dt.SMALL_INTS:
+    if dst in ("string", "bool") or dst in dt.SMALL_FLOATS or dst in dt.SMALL_INTS:
         return False
     if src == "bool":
         return True
-    if src == "bfloat16":
-        return dst in ("float32", "float64", "complex64", "complex128")
-    if src in dt.SMALL_FLOATS or src in dt.SMALL_INTS or dst == "bfloat16":
-        return False
-    return bool(np.can_cast(dt.to_numpy(src), dt.to_numpy(dst), "safe"))
+    real = {"complex64": "float32", "complex128": "float64"}.get(dst, dst)
+    if src in dt.INTS:
+        lo, hi = int(np.iinfo(dt.to_numpy(src)).min), int(np.iinfo(dt.to_numpy(src)).max)
+        if real in dt.INTS:
+            info = np.iinfo(dt.to_numpy(real))
+            return int(info.min) <= lo and hi <= int(info.max)
+        return max(-lo, hi) <= 2 ** (ml_dtypes.finfo(dt.to_numpy(real)).nmant + 1)
+    if src in dt.FLOATS and real in dt.FLOATS:
+        a, b = ml_dtypes.finfo(dt.to_numpy(src)), ml_dtypes.finfo(dt.to_numpy(real))
+        return b.nmant >= a.nmant and b.maxexp >= a.maxexp and b.minexp <= a.minexp
+    return False
 
 
 def _cast_same(m: Match) -> Expr | None:
