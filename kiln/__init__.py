@@ -1,11 +1,13 @@
 """Kiln: a deep-learning compiler and inference runtime.
 
-from_onnx(model) -> IRModule; evaluate(mod, feeds) runs it with the reference interpreter.
+from_onnx(model) -> IRModule; optimize(mod, opt_level) runs the standard graph passes;
+evaluate(mod, feeds) runs a module with the reference interpreter.
 """
 
 from kiln import ir  # noqa: F401
 from kiln.frontend.onnx import from_onnx
 from kiln.runtime.interpreter import evaluate
+from kiln.transform.pipeline import optimize
 
 __version__ = "0.1.0"
-__all__ = ["ir", "from_onnx", "evaluate", "__version__"]
+__all__ = ["ir", "from_onnx", "evaluate", "optimize", "__version__"]

@@ -11,7 +11,7 @@ import collections
 import os
 import sys
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -7,11 +7,9 @@ subgraphs are all-constant (for folding).
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
-from kiln.ir import Constant, Expr, Function, IRModule, TensorType, Tuple, Var
+from kiln.ir import Constant, Expr, Function, IRModule, Tuple, Var
 from kiln.ir.types import TensorType as TT
 from kiln.op import get_op
 

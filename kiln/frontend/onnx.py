@@ -9,8 +9,9 @@ or branch expressions that capture outer values directly.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -33,7 +34,7 @@ class Node:
     inputs: list[Expr | None]  # None: an omitted optional input
     attrs: dict[str, Any]  # python values; graph attributes stay GraphProto
     opset: int  # the opset version in force for the node's domain
-    ctx: "Context"
+    ctx: Context
 
     @property
     def op_type(self) -> str:
@@ -222,10 +223,12 @@ class Context:
                     res = self.inline_function(self.functions[(n.domain, n.op_type)], node)
                 else:
                     res = CONVERTERS[(dom, n.op_type)](node)
+            except UnsupportedOpError:
+                raise
             except KilnError as e:
                 if name in str(e):
                     raise
-                raise type(e)(f"node '{name}' ({n.op_type}): {e}") if not isinstance(e, UnsupportedOpError) else e
+                raise type(e)(f"node '{name}' ({n.op_type}): {e}") from None
             res = [res] if isinstance(res, Expr) else list(res)
             for out_name, e in zip(n.output, res):
                 if out_name:

@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.errors import TypeInferenceError
 from kiln.ir import dtype as _dt
-from kiln.ir.types import FuncType, OptionalType, SeqType, TensorType, TupleType, Type, UNIT, join
+from kiln.ir.types import UNIT, FuncType, OptionalType, SeqType, TensorType, TupleType, Type, join
 
 _ids = itertools.count()
 
@@ -25,7 +25,7 @@ class Op:
 
     name: str
 
-    def infer_type(self, args: tuple["Expr", ...], attrs: Any) -> Type:  # pragma: no cover
+    def infer_type(self, args: tuple[Expr, ...], attrs: Any) -> Type:  # pragma: no cover
         raise NotImplementedError
 
 

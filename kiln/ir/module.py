@@ -24,7 +24,7 @@ class IRModule:
     def global_var(self, name: str) -> GlobalVar:
         return GlobalVar(name, self.functions[name].type)
 
-    def with_function(self, name: str, fn: Function) -> "IRModule":
+    def with_function(self, name: str, fn: Function) -> IRModule:
         return IRModule({**self.functions, name: fn}, self.output_names, dict(self.metadata))
 
     @property

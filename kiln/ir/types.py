@@ -8,7 +8,6 @@ dataclasses, so == and hash are structural.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from kiln.ir import dtype as _dt
 
@@ -24,7 +23,7 @@ class SizeVar:
 
 
 ANY = SizeVar("?")
-Dim = Union[int, SizeVar]
+Dim = int | SizeVar
 
 
 class Type:

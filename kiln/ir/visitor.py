@@ -3,7 +3,7 @@ recursion limit (a 10,000-node chain), and each shared sub-expression is visited
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kiln.ir.expr import Call, Expr, Function, If, Let, Tuple, TupleGetItem, children
 

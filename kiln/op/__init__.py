@@ -1,7 +1,26 @@
 """The operator registry and every operator family (importing this registers them all)."""
 
+from kiln.op import (  # noqa: F401,E402
+                     attention,
+                     control,
+                     elemwise,
+                     fast_math,
+                     layout,
+                     linalg,
+                     ml,
+                     nn,
+                     norm,
+                     quant,
+                     random,
+                     reduce,
+                     rnn,
+                     sequence,
+                     signal,
+                     string,
+                     tensor,
+                     train,
+                     vision,
+)
 from kiln.op.registry import REGISTRY, OpDef, Pattern, define_op, get_op  # noqa: F401
-from kiln.op import (attention, control, elemwise, layout, linalg, ml, nn, norm, quant,  # noqa: F401,E402
-                     random, reduce, rnn, sequence, signal, string, tensor, train, vision)
 
 __all__ = ["REGISTRY", "OpDef", "Pattern", "define_op", "get_op"]

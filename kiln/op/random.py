@@ -160,7 +160,8 @@ def _multinomial_ref(attrs: MultinomialAttrs, logits):
     return np.minimum(picks, z.shape[1] - 1).astype(dt.to_numpy(attrs.dtype))
 
 
-multinomial = define_op("random.multinomial", pure=False, pattern=OPAQUE, attrs=MultinomialAttrs, infer=_multinomial_rel,
+multinomial = define_op("random.multinomial", pure=False, pattern=OPAQUE, attrs=MultinomialAttrs,
+                        infer=_multinomial_rel,
                         ref=_multinomial_ref,
                         doc="sample_size class indices per row, drawn from softmax of the unnormalized "
                             "log-probabilities.")

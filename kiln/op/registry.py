@@ -8,8 +8,9 @@ constant folding run it). Later layers attach their compute/schedules by name.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -107,7 +107,7 @@ def _unify(a: Dim, b: Dim, what: str) -> Dim:
 
 
 def _zero(dtype: np.dtype):
-    return "" if dtype == object else np.zeros((), dtype)[()]
+    return "" if dtype == np.dtype(object) else np.zeros((), dtype)[()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1107,7 +1107,8 @@ def _non_zero_rel(attrs, types, values):
     return TensorType((ANY if rank is None else rank, ANY), "int64")
 
 
-non_zero = define_op("tensor.non_zero", pattern=OPAQUE, infer=_non_zero_rel, ref=_non_zero_ref, doc="Coordinates of non-zero elements, one column per element, row-major.")
+non_zero = define_op("tensor.non_zero", pattern=OPAQUE, infer=_non_zero_rel, ref=_non_zero_ref,
+                     doc="Coordinates of non-zero elements, one column per element, row-major.")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from kiln.errors import TypeInferenceError
 from kiln.ir.types import ANY, Dim, SizeVar, TensorType, Type

@@ -27,7 +27,7 @@ class Scope:
 
     __slots__ = ("values", "parent")
 
-    def __init__(self, parent: "Scope | None" = None):
+    def __init__(self, parent: Scope | None = None):
         self.values: dict[int, Any] = {}
         self.parent = parent
 
@@ -44,7 +44,7 @@ class Scope:
 class Closure:
     """A Function value: callable with argument values, evaluated in its defining scope."""
 
-    def __init__(self, fn: Function, scope: Scope, interp: "Interpreter"):
+    def __init__(self, fn: Function, scope: Scope, interp: Interpreter):
         self.fn, self.scope, self.interp = fn, scope, interp
 
     @property

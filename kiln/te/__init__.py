@@ -1,5 +1,22 @@
 """Tensor expressions (te): placeholder/compute/reduce describe what; schedules decide how."""
 
-from kiln.te.tensor import (CommReducer, ComputeOp, ExternOp, IterVar, Operation, PlaceholderOp, Range,  # noqa: F401
-                            Tensor, argmax, argmin, compute, max, min, placeholder, prod, reduce_axis, sum)
 from kiln.te.intrin import *  # noqa: F401,F403,E402
+from kiln.te.tensor import (  # noqa: F401
+                            CommReducer,
+                            ComputeOp,
+                            ExternOp,
+                            IterVar,
+                            Operation,
+                            PlaceholderOp,
+                            Range,
+                            Tensor,
+                            argmax,
+                            argmin,
+                            compute,
+                            max,
+                            min,
+                            placeholder,
+                            prod,
+                            reduce_axis,
+                            sum,
+)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kiln import tir
 from kiln.tir.expr import PrimExpr, ProducerLoad, Reduce, Var, const
@@ -61,7 +62,7 @@ class Operation:
     name: str
     num_outputs: int = 1
 
-    def output(self, i: int = 0) -> "Tensor":
+    def output(self, i: int = 0) -> Tensor:
         return Tensor(self, i)
 
 
@@ -102,7 +103,7 @@ class ExternOp(Operation):
     `func` names it; it receives the input and output buffers and `scalars`."""
 
     name: str
-    inputs: tuple["Tensor", ...]
+    inputs: tuple[Tensor, ...]
     out_shapes: tuple[tuple[PrimExpr, ...], ...]
     out_dtypes: tuple[str, ...]
     func: str

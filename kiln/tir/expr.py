@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 _ids = itertools.count()
 
@@ -58,7 +58,7 @@ class PrimExpr:
                         "structural == only between expressions")
 
 
-ExprLike = Union[PrimExpr, int, float, bool]
+ExprLike = PrimExpr | int | float | bool
 
 
 @dataclass(frozen=True)

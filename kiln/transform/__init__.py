@@ -3,8 +3,31 @@
 Importing this package registers every pass in PASSES under its command-line name.
 """
 
-from kiln.transform.infra import (PASSES, FunctionPass, ModulePass, Pass, PassContext, PassTiming,  # noqa: F401
-                                  PrintIR, Sequential, WellFormedCheck, function_pass, module_pass)
-from kiln.transform import basic, cse, fold_constant, fuse_ops, normal_form  # noqa: F401,E402
-from kiln.transform import fold_scale_axis, pattern, simplify_expr, simplify_inference  # noqa: F401,E402
-from kiln.transform import combine_parallel, layout  # noqa: F401,E402
+from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
+                                  basic,
+                                  combine_parallel,
+                                  cse,
+                                  fast_math,
+                                  fold_constant,
+                                  fold_scale_axis,
+                                  fuse_ops,
+                                  layout,
+                                  mixed_precision,
+                                  normal_form,
+                                  pattern,
+                                  simplify_expr,
+                                  simplify_inference,
+)
+from kiln.transform.infra import (  # noqa: F401
+                                  PASSES,
+                                  FunctionPass,
+                                  ModulePass,
+                                  Pass,
+                                  PassContext,
+                                  PassTiming,
+                                  PrintIR,
+                                  Sequential,
+                                  WellFormedCheck,
+                                  function_pass,
+                                  module_pass,
+)

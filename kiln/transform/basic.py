@@ -80,7 +80,8 @@ def dead_code_elimination(fn: Function, mod: IRModule, ctx: PassContext) -> Func
     """Drop `let` bindings whose variable is never used (every operator is pure), to a fixpoint."""
     while True:
         used = _used_vars(fn)
-        out = rewrite(fn, lambda old, new: new.body if isinstance(new, Let) and id(new.var) not in used else new)
+        out = rewrite(fn, lambda old, new, used=used: (
+            new.body if isinstance(new, Let) and id(new.var) not in used else new))
         if out is fn:
             return fn
         fn = out

@@ -34,18 +34,18 @@ class _Node:
     expr: Expr
     index: int
     pattern: Pattern
-    outputs: list[tuple["_Node", Pattern]] = field(default_factory=list)
+    outputs: list[tuple[_Node, Pattern]] = field(default_factory=list)
     extern: bool = False  # used outside this scope's dataflow: never an intermediate of a group
     # post-dominator tree
-    parent: "_Node | None" = None
+    parent: _Node | None = None
     depth: int = 0
     path_pattern: Pattern = Pattern.ELEMWISE
     # union-find group
-    group: "_Node | None" = None
+    group: _Node | None = None
     size: int = 1
     group_pattern: Pattern = Pattern.OPAQUE
 
-    def root(self) -> "_Node":
+    def root(self) -> _Node:
         n = self
         while n.group is not None:
             n = n.group

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from kiln.ir.expr import Function
 from kiln.ir.module import IRModule
@@ -31,10 +32,10 @@ class Pass:
     def name(self) -> str:
         return self.info.name
 
-    def transform(self, mod: IRModule, ctx: "PassContext") -> IRModule:  # pragma: no cover
+    def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:  # pragma: no cover
         raise NotImplementedError
 
-    def __call__(self, mod: IRModule, ctx: "PassContext | None" = None) -> IRModule:
+    def __call__(self, mod: IRModule, ctx: PassContext | None = None) -> IRModule:
         ctx = ctx or PassContext.current()
         if not ctx.should_run(self):
             return mod
@@ -52,9 +53,9 @@ class Pass:
 @dataclass(frozen=True, eq=False)
 class ModulePass(Pass):
     info: PassInfo
-    fn: Callable[[IRModule, "PassContext"], IRModule]
+    fn: Callable[[IRModule, PassContext], IRModule]
 
-    def transform(self, mod: IRModule, ctx: "PassContext") -> IRModule:
+    def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         return self.fn(mod, ctx)
 
 
@@ -63,9 +64,9 @@ class FunctionPass(Pass):
     """Applies `fn` to every function of the module; Primitive (fused) functions are left alone."""
 
     info: PassInfo
-    fn: Callable[[Function, IRModule, "PassContext"], Function]
+    fn: Callable[[Function, IRModule, PassContext], Function]
 
-    def transform(self, mod: IRModule, ctx: "PassContext") -> IRModule:
+    def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         out = mod
         for name, f in mod.functions.items():
             if f.attr("Primitive"):
@@ -81,13 +82,13 @@ class Sequential(Pass):
     passes: tuple[Pass, ...]
     info: PassInfo = PassInfo("sequential")
 
-    def __call__(self, mod: IRModule, ctx: "PassContext | None" = None) -> IRModule:
+    def __call__(self, mod: IRModule, ctx: PassContext | None = None) -> IRModule:
         ctx = ctx or PassContext.current()
         for p in self.passes:
             mod = p(mod, ctx)
         return mod
 
-    def transform(self, mod: IRModule, ctx: "PassContext") -> IRModule:
+    def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         return self(mod, ctx)
 
 
@@ -102,7 +103,7 @@ def _register(p: Pass) -> Pass:
 
 
 def module_pass(name: str, opt_level: int = 0) -> Callable[[Callable], ModulePass]:
-    def deco(fn: Callable[[IRModule, "PassContext"], IRModule]) -> ModulePass:
+    def deco(fn: Callable[[IRModule, PassContext], IRModule]) -> ModulePass:
         p = ModulePass(PassInfo(name, opt_level), fn)
         _register(p)
         return p
@@ -111,7 +112,7 @@ def module_pass(name: str, opt_level: int = 0) -> Callable[[Callable], ModulePas
 
 
 def function_pass(name: str, opt_level: int = 0) -> Callable[[Callable], FunctionPass]:
-    def deco(fn: Callable[[Function, IRModule, "PassContext"], Function]) -> FunctionPass:
+    def deco(fn: Callable[[Function, IRModule, PassContext], Function]) -> FunctionPass:
         p = FunctionPass(PassInfo(name, opt_level), fn)
         _register(p)
         return p
@@ -206,10 +207,10 @@ class PassContext:
         return p.info.opt_level <= self.opt_level or p.name in self.required
 
     @classmethod
-    def current(cls) -> "PassContext":
+    def current(cls) -> PassContext:
         return cls._stack[-1] if cls._stack else cls()
 
-    def __enter__(self) -> "PassContext":
+    def __enter__(self) -> PassContext:
         PassContext._stack.append(self)
         return self
 

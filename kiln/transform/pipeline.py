@@ -20,6 +20,7 @@ STANDARD = [
     "combine-parallel-conv2d",
     "combine-parallel-dense",
     "alter-op-layout",
+    "to-mixed-precision",
     "fast-math",
     "fold-constant",
     "fuse-ops",

@@ -68,7 +68,8 @@ X = wildcard().named("x")
 # reshape / flatten
 
 _RESHAPE_LIKE = (is_op("tensor.reshape")(X, wildcard()) | is_op("tensor.flatten")(X)).named("inner")
-_OUTER_RESHAPE = is_op("tensor.reshape")(_RESHAPE_LIKE, wildcard().named("shape")) | is_op("tensor.flatten")(_RESHAPE_LIKE)
+_OUTER_RESHAPE = (is_op("tensor.reshape")(_RESHAPE_LIKE, wildcard().named("shape"))
+                  | is_op("tensor.flatten")(_RESHAPE_LIKE))
 
 
 def _reshape_chain(m: Match) -> Expr | None:
