@@ -12,7 +12,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType, type_str
 from kiln.ir.visitor import post_order
 
-BOX_W, BOX_H, GAP_X, GAP_Y, LINE_H = 200, 34, 40, 60, 14
+BOX_W, BOX_H, GAP_X, GAP_Y, LINE_H, LABEL_W = 250, 34, 40, 60, 14, 240
 
 
 @dataclass
@@ -36,7 +36,8 @@ def _label(e: Expr) -> tuple[str, list[str], str] | None:
         return e.op.name, [], "op"
     if isinstance(e, Call) and isinstance(e.op, Function) and e.op.attr("Primitive"):
         ops = [x.op.name for x in post_order(e.op.body) if isinstance(x, Call) and isinstance(x.op, Op)]
-        return f"fused ({len(ops)} ops)", ops[:12] + (["..."] if len(ops) > 12 else []), "fused"
+        title = f"fused ({len(ops)} op{'s' if len(ops) != 1 else ''})"
+        return title, ops[:12] + (["..."] if len(ops) > 12 else []), "fused"
     if isinstance(e, Call):
         name = e.op.name if isinstance(e.op, GlobalVar) else "call"
         return f"call {name}", [], "other"
@@ -66,8 +67,11 @@ def layout(mod: IRModule) -> tuple[list[_Box], list[tuple[int, int, str]]]:
             sources[id(e)] = []
             continue
         if lab is None:
-            kids = e.fields if isinstance(e, Tuple) else (e.tuple_value,) if isinstance(e, TupleGetItem) else ()
-            sources[id(e)] = [s for k in kids for s in sources.get(id(k), [])]
+            if isinstance(e, TupleGetItem):  # one field of a multi-output call: label it with its own type
+                sources[id(e)] = [(s, _edge_label(e)) for s, _ in sources.get(id(e.tuple_value), [])]
+            else:
+                kids = e.fields if isinstance(e, Tuple) else ()
+                sources[id(e)] = [s for k in kids for s in sources.get(id(k), [])]
             continue
         title, lines, kind = lab
         b = _Box(id(e), title, lines, kind)
@@ -131,18 +135,22 @@ def to_svg(mod: IRModule) -> str:
         y_of[layer] = y
         y += layer_h[layer] + GAP_Y
     pos = {b.key: (20 + b.col * (BOX_W + GAP_X), y_of[b.layer], b) for b in boxes}
-    width = 40 + (max((b.col for b in boxes), default=0) + 1) * (BOX_W + GAP_X)
+    width = 40 + (max((b.col for b in boxes), default=0) + 1) * (BOX_W + GAP_X) + LABEL_W
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" '
              f'font-family="monospace" font-size="11">',
              '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
              '<path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>']
     for s, d, label in edges:
         x1, y1, bs = pos[s]
-        x2, y2, _ = pos[d]
-        x1, y1, x2 = x1 + BOX_W / 2, y1 + bs.height, x2 + BOX_W / 2
-        parts.append(f'<path d="M{x1},{y1} C{x1},{y1 + 30} {x2},{y2 - 30} {x2},{y2}" stroke="#555" '
+        x2, y2, bd = pos[d]
+        skip = bd.layer - bs.layer - 1  # an edge that jumps layers bends right, around the boxes between
+        x1, y1, x2 = x1 + BOX_W / 2 + (BOX_W / 3 if skip else 0), y1 + bs.height, x2 + BOX_W / 2 + (
+            BOX_W / 3 if skip else 0)
+        bend = BOX_W / 2 + 30 * skip if skip else 0
+        parts.append(f'<path d="M{x1},{y1} C{x1 + bend},{y1 + 60} {x2 + bend},{y2 - 60} {x2},{y2}" stroke="#555" '
                      f'fill="none" marker-end="url(#arr)"/>')
-        parts.append(f'<text x="{(x1 + x2) / 2 + 4}" y="{(y1 + y2) / 2}" fill="#336">{html.escape(label)}</text>')
+        lx, ly = ((x1 + x2) / 2 + bend * 0.75 + 4, (y1 + y2) / 2) if skip else (x1 + 4, (y1 + y2) / 2)
+        parts.append(f'<text x="{lx}" y="{ly}" fill="#336">{html.escape(label)}</text>')
     for x, y0, b in pos.values():
         dash = ' stroke-dasharray="5,3" stroke-width="2"' if b.kind == "fused" else ""
         parts.append(f'<rect x="{x}" y="{y0}" width="{BOX_W}" height="{b.height}" rx="6" '
