@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Op, Tuple, TupleGetItem, Var
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType, type_str
-from kiln.ir.visitor import post_order
+from kiln.ir.visitor import post_order, scope_children
 
 BOX_W, BOX_H, GAP_X, GAP_Y, LINE_H, LABEL_W = 250, 34, 40, 60, 14, 240
 
@@ -91,23 +91,7 @@ def layout(mod: IRModule) -> tuple[list[_Box], list[tuple[int, int, str]]]:
 
 def _scope(fn: Function) -> list[Expr]:
     """Top-level dataflow nodes of `fn` (not inside fused or nested function bodies)."""
-    order, seen, stack = [], set(), [(fn.body, False)]
-    while stack:
-        e, done = stack.pop()
-        if done:
-            order.append(e)
-            continue
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        stack.append((e, True))
-        if isinstance(e, Function):
-            continue
-        kids = (e.cond,) if isinstance(e, If) else (
-            e.args if isinstance(e, Call) else e.fields if isinstance(e, Tuple) else
-            (e.tuple_value,) if isinstance(e, TupleGetItem) else ())
-        stack.extend((k, False) for k in reversed(kids))
-    return [p for p in fn.params] + [e for e in order if not isinstance(e, Var)]
+    return list(fn.params) + [e for e in post_order(fn.body, scope_children) if not isinstance(e, Var)]
 
 
 def _assign_layers(boxes: dict[int, _Box], edges: list[tuple[int, int, str]]) -> None:

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from kiln.ir.expr import Call, Expr, Function, If, Let, Tuple, TupleGetItem, children
 
 
-def post_order(root: Expr) -> list[Expr]:
-    """Every sub-expression of `root` once, children before parents."""
+def post_order(root: Expr, kids: Callable[[Expr], tuple[Expr, ...]] = children,
+               skip: set[int] | frozenset[int] = frozenset()) -> list[Expr]:
+    """Every sub-expression of `root` once, children before parents. `kids` chooses which children
+    to follow (e.g. not into function bodies); nodes whose id is in `skip` are left out."""
     order: list[Expr] = []
-    seen: set[int] = set()
+    seen: set[int] = set(skip)
     stack: list[tuple[Expr, bool]] = [(root, False)]
     while stack:
         e, expanded = stack.pop()
@@ -22,10 +24,19 @@ def post_order(root: Expr) -> list[Expr]:
             continue
         seen.add(id(e))
         stack.append((e, True))
-        for c in reversed(children(e)):
+        for c in reversed(kids(e)):
             if id(c) not in seen:
                 stack.append((c, False))
     return order
+
+
+def scope_children(e: Expr) -> tuple[Expr, ...]:
+    """Children evaluated in the same scope as `e`: not Function bodies, not If branches."""
+    if isinstance(e, Function):
+        return ()
+    if isinstance(e, If):
+        return (e.cond,)
+    return children(e)
 
 
 def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kiln.ir.expr import Call, Constant, Expr, Function, If, Op, Tuple, TupleGetItem, Var, children
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
-from kiln.ir.visitor import post_order, with_children
+from kiln.ir.visitor import post_order, scope_children, with_children
 from kiln.op.registry import Pattern
 from kiln.transform.infra import PassContext, function_pass
 from kiln.transform.normal_form import to_gnf_expr
@@ -79,21 +79,7 @@ def _tuple_of_tensors(t) -> bool:
 def scope_nodes(root: Expr, outer: set[int]) -> list[Expr]:
     """The dataflow nodes of one scope in topological order: reachable from `root` without entering
     Function bodies or If branches, and not owned by an enclosing scope."""
-    order: list[Expr] = []
-    seen: set[int] = set(outer)
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        e, done = stack.pop()
-        if done:
-            order.append(e)
-            continue
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        stack.append((e, True))
-        kids = () if isinstance(e, Function) else ((e.cond,) if isinstance(e, If) else children(e))
-        stack.extend((c, False) for c in reversed(kids) if id(c) not in seen)
-    return order
+    return post_order(root, scope_children, outer)
 
 
 def nested_scopes(e: Expr) -> list[Expr]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kiln.ir.expr import Constant, Expr, Function, GlobalVar, If, Let, Var, children
 from kiln.ir.module import IRModule
-from kiln.ir.visitor import with_children
+from kiln.ir.visitor import post_order, scope_children, with_children
 from kiln.transform.infra import PassContext, function_pass
 
 
@@ -53,25 +53,7 @@ class _Anf:
 def post_order_local(root: Expr, outer: dict[int, Expr]) -> list[Expr]:
     """Post-order of the nodes evaluated in this scope: not inside Function bodies or If branches
     (those become scopes of their own), and not already bound outside."""
-    order: list[Expr] = []
-    seen: set[int] = set(outer)
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        e, expanded = stack.pop()
-        if expanded:
-            order.append(e)
-            continue
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        stack.append((e, True))
-        if isinstance(e, Function):
-            continue
-        kids = (e.cond,) if isinstance(e, If) else children(e)
-        for c in reversed(kids):
-            if id(c) not in seen:
-                stack.append((c, False))
-    return order
+    return post_order(root, scope_children, set(outer))
 
 
 @function_pass("to-a-normal-form", opt_level=0)
