@@ -193,7 +193,7 @@ class CommReducer:
 
     def __call__(self, source: PrimExpr | tuple[PrimExpr, ...], axis: IterVar | Sequence[IterVar],
                  where: PrimExpr | None = None) -> PrimExpr | tuple[PrimExpr, ...]:
-        src = tuple(source) if isinstance(source, (tuple, list)) else (source,)
+        src = tuple(_as_var(s) for s in (source if isinstance(source, (tuple, list)) else (source,)))
         axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
         outs = tuple(Reduce(self, src, axes, where, k) for k in range(len(src)))
         return outs if len(outs) > 1 else outs[0]
