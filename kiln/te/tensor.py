@@ -229,7 +229,7 @@ min = CommReducer("min", lambda a, b: (tir.Min(a, b),), lambda d: (_highest(d),)
 
 def _arg_combine(cmp: Callable[[PrimExpr, PrimExpr], PrimExpr]):
     def combine(ia, va, ib, vb):
-        take_b = cmp(vb, va) | (tir.eq(vb, va) & (ib < ia))
+        take_b = cmp(vb, va) | (tir.eq(vb, va) & ((ib < ia) | (ia < 0)))  # ia < 0: nothing taken yet
         return tir.Select(take_b, ib, ia), tir.Select(take_b, vb, va)
 
     return combine

@@ -1,0 +1,48 @@
+"""Operators that are not loop nests (sorting, selection, data-dependent output sizes): one
+ExternOp each, naming a function of Kiln's runtime library (kiln/te/eval.py holds their numpy
+versions). Attributes travel as scalar arguments; a data-dependent dim is a fresh Var that the
+runtime function binds.
+"""
+
+from __future__ import annotations
+
+from kiln import te, tir
+from kiln.te.tensor import ExternOp
+from kiln.topi.registry import out_dims, register_compute, tensor_type
+
+
+def extern(name: str, func: str, inputs, out_type, n_out: int, scalars=()) -> tuple[te.Tensor, ...]:
+    shapes = tuple(out_dims(out_type, inputs, k) for k in range(n_out))
+    dtypes = tuple(tensor_type(out_type, k).dtype for k in range(n_out))
+    op = ExternOp(name, tuple(inputs), shapes, dtypes, func, tuple(tir.const(s) for s in scalars))
+    return tuple(op.output(k) for k in range(n_out))
+
+
+def _absent(dtype: str) -> te.Tensor:
+    """An empty tensor standing for an omitted optional input of an extern function."""
+    return te.compute((0,), lambda i: tir.const(0, dtype), name="absent")
+
+
+@register_compute("tensor.top_k")
+def _top_k(attrs, inputs, out_type, consts):
+    x = inputs[0]
+    return extern("top_k", "kiln_top_k", inputs[:2], out_type, 2, (attrs.axis % x.ndim, attrs.largest, attrs.sorted))
+
+
+@register_compute("tensor.unique")
+def _unique(attrs, inputs, out_type, consts):
+    x = inputs[0]
+    axis = 0 if attrs.axis is None else attrs.axis % x.ndim
+    return extern("unique", "kiln_unique", inputs[:1], out_type, 4, (axis, attrs.axis is not None, attrs.sorted))
+
+
+@register_compute("tensor.non_zero")
+def _non_zero(attrs, inputs, out_type, consts):
+    return extern("non_zero", "kiln_non_zero", inputs[:1], out_type, 1)
+
+
+@register_compute("vision.non_max_suppression")
+def _nms(attrs, inputs, out_type, consts):
+    dtypes = ("float32", "float32", "int64", "float32", "float32")
+    ins = [x if x is not None else _absent(d) for x, d in zip(inputs, dtypes)]
+    return extern("non_max_suppression", "kiln_non_max_suppression", ins, out_type, 1, (attrs.center_point_box,))
