@@ -1,0 +1,167 @@
+"""Compiled execution: every fused group runs as a generated C kernel.
+
+`build` optimizes the module (FuseOps always runs), lowers each distinct Primitive function to a
+kernel and compiles them all into one library. The executor walks `main` like the interpreter
+(control flow, tuples and host-only values stay in Python) but runs each fused call through its
+kernel, binding symbolic dims from the actual argument shapes: one kernel serves every size.
+A group that cannot be compiled (an operator without a compute, a data-dependent output shape)
+runs on the reference implementations instead and is reported in `host_groups`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kiln.codegen.lower_fused import Kernel, LoweringError, lower_primitive
+from kiln.codegen.module import CFunction, _eval, build as build_c
+from kiln.errors import KilnError
+from kiln.ir.dtype import to_numpy
+from kiln.ir.expr import Call, Expr, Function
+from kiln.ir.module import IRModule
+from kiln.ir.structural import structural_hash, structural_equal
+from kiln.ir.visitor import post_order
+from kiln.runtime.interpreter import Interpreter, Scope, check_input
+from kiln.tir import expr as E
+from kiln.tir.stmt import Buffer
+from kiln.transform import PassContext
+from kiln.transform.pipeline import optimize
+
+
+@dataclass
+class CompiledKernel:
+    kernel: Kernel
+    fn: CFunction
+    bindings: list[tuple[int, int]]  # per scalar param: (input index, axis) its value comes from
+    outputs: list[Buffer]
+
+    def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        ins = [np.ascontiguousarray(a) for a in args] + self.kernel.constants
+        scalars = [int(ins[i].shape[axis]) for i, axis in self.bindings]
+        bound = {v: n for v, n in zip(self.scalar_params, scalars)}
+        outs = [np.empty(tuple(_eval(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
+        self.fn(*ins, *outs, *scalars)
+        return outs
+
+    @property
+    def scalar_params(self) -> list[E.Var]:
+        return [p for p in self.kernel.func.params if isinstance(p, E.Var)]
+
+
+def _bindings(k: Kernel) -> list[tuple[int, int]] | None:
+    """Where each scalar (symbolic dim) comes from among the inputs; None if one is not an input dim."""
+    params = k.func.params
+    n_in = k.num_params + len(k.constants)
+    out = []
+    for v in (p for p in params if isinstance(p, E.Var)):
+        found = next(((i, ax) for i, b in enumerate(params[:n_in]) for ax, d in enumerate(b.shape) if d is v), None)
+        if found is None:
+            return None
+        out.append(found)
+    return out
+
+
+@dataclass
+class CompiledModule:
+    mod: IRModule  # optimized and fused
+    kernels: dict[int, CompiledKernel]  # id(Primitive Function) -> kernel
+    host_groups: list[str] = field(default_factory=list)  # why each uncompiled group runs on the host
+    library: Any = None
+
+    def run(self, feeds: dict[str, Any], profile: dict[str, float] | None = None) -> list[Any]:
+        main = self.mod.main
+        names = [p.name for p in main.params]
+        missing = [n for n in names if n not in feeds]
+        unknown = sorted(set(feeds) - set(names))
+        if unknown or missing:
+            from kiln.errors import InputError
+
+            raise InputError(f"inputs {'unknown: ' + ', '.join(unknown) if unknown else ''}"
+                             f"{'; ' if unknown and missing else ''}{'missing: ' + ', '.join(missing) if missing else ''}"
+                             f"; the model's inputs are {', '.join(names)}")
+        dims: dict[str, int] = {}
+        scope = Scope()
+        for p in main.params:
+            scope.values[id(p)] = check_input(p.name, feeds[p.name], p.type, dims)
+        out = _KernelInterpreter(self, profile).eval(main.body, scope)
+        from kiln.ir.types import TupleType
+
+        return list(out) if isinstance(main.body.type, TupleType) else [out]
+
+
+class _KernelInterpreter(Interpreter):
+    def __init__(self, cm: CompiledModule, profile: dict[str, float] | None):
+        super().__init__(cm.mod)
+        self.cm, self.profile = cm, profile
+
+    def _compute(self, e: Expr, scope: Scope) -> Any:
+        if isinstance(e, Call) and isinstance(e.op, Function) and id(e.op) in self.cm.kernels:
+            k = self.cm.kernels[id(e.op)]
+            args = [scope.lookup(a)[1] for a in e.args]
+            t0 = time.perf_counter()
+            outs = k(args)
+            if self.profile is not None:
+                key = k.kernel.func.name
+                self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
+            return tuple(outs) if len(k.kernel.output_types) > 1 or _returns_tuple(e.op) else outs[0]
+        return super()._compute(e, scope)
+
+
+def _returns_tuple(fn: Function) -> bool:
+    from kiln.ir.types import TupleType
+
+    return isinstance(fn.body.type, TupleType)
+
+
+def primitive_functions(mod: IRModule) -> list[Function]:
+    out, seen = [], set()
+    for f in mod.functions.values():
+        for e in post_order(f):
+            if isinstance(e, Function) and e.attr("Primitive") and id(e) not in seen:
+                seen.add(id(e))
+                out.append(e)
+    return out
+
+
+def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> CompiledModule:
+    """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
+    ctx = ctx or PassContext(opt_level=opt_level)
+    ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config)
+    fused = optimize(mod, opt_level, ctx)
+    lowered: list[tuple[Function, Kernel]] = []
+    host: list[str] = []
+    by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
+    alias: dict[int, Kernel] = {}
+    for fn in primitive_functions(fused):
+        same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
+        if same is not None:
+            alias[id(fn)] = same
+            continue
+        try:
+            k = lower_primitive(fn, f"fused_{len(lowered)}")
+        except (LoweringError, KilnError) as err:
+            host.append(str(err))
+            continue
+        if _bindings(k) is None:
+            host.append(f"{k.func.name}: an output size is not known from the input sizes (data-dependent)")
+            continue
+        lowered.append((fn, k))
+        by_hash.setdefault(structural_hash(fn), []).append((fn, k))
+        alias[id(fn)] = k
+    lib = build_c([k.func for _, k in lowered], "model") if lowered else None
+    compiled = {}
+    by_kernel = {id(k): None for _, k in lowered}
+    for fn in primitive_functions(fused):
+        k = alias.get(id(fn))
+        if k is None:
+            continue
+        if by_kernel.get(id(k)) is None:
+            cf = lib.get_function(k.func.name)
+            n_in = k.num_params + len(k.constants)
+            outs = [p for p in k.func.params[n_in:] if isinstance(p, Buffer)]
+            by_kernel[id(k)] = CompiledKernel(k, cf, _bindings(k), outs)
+        compiled[id(fn)] = by_kernel[id(k)]
+    return CompiledModule(fused, compiled, host, lib)
