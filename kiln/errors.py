@@ -43,3 +43,19 @@ class WellFormednessError(KilnError):
 
 class EvaluationError(KilnError):
     """An operator failed at run time (names the op and the node)."""
+
+
+class CodegenError(KilnError):
+    """A tir program the C backend cannot spell (unknown node or intrinsic, bad vector width, ...)."""
+
+
+class CompileError(KilnError):
+    """The C compiler rejected generated code; the source stays on disk at the path named."""
+
+
+class CompilerNotFoundError(CompileError):
+    """No C compiler where Kiln looked for one."""
+
+
+class KernelError(KilnError):
+    """A compiled kernel returned an error code (a temporary could not be allocated, ...)."""

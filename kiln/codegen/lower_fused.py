@@ -16,7 +16,7 @@ import numpy as np
 from kiln import tir
 from kiln.errors import KilnError
 from kiln.ir.dtype import from_numpy
-from kiln.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem, Var, is_absent
+from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.types import ANY, TensorType, TupleType
 from kiln.ir.visitor import post_order
 from kiln.te.lower import create_prim_func
@@ -110,7 +110,7 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
             raise LoweringError(f"{name}: {type(e).__name__} cannot be part of a kernel")
     result = env[id(fn.body)]
     outputs = list(result) if isinstance(result, tuple) else [result]
-    out_types = list(fn.body.type.fields) if isinstance(fn.body, Tuple) else [fn.body.type]
+    out_types = list(fn.body.type.fields) if isinstance(fn.body.type, TupleType) else [fn.body.type]
     outputs = [_materialize(o, params) for o in outputs]
     sched = schedule_generic(outputs)
     func = create_prim_func(sched, name, inputs=params + [t for t, _ in consts])

@@ -53,6 +53,11 @@ class PrimExpr:
     def __or__(self, o): return Or(self, o)  # noqa: E704
     def __invert__(self): return Not(self)  # noqa: E704
 
+    def __str__(self) -> str:
+        from kiln.tir.printer import to_str
+
+        return to_str(self)
+
     def __bool__(self):
         raise TypeError("a tir expression has no truth value; use eq()/ne() to compare, "
                         "structural == only between expressions")
@@ -89,6 +94,8 @@ def const(v: ExprLike, dtype: str = "int64") -> PrimExpr:
     """Wrap a Python number as an immediate of `dtype` (the other operand's dtype)."""
     if isinstance(v, PrimExpr):
         return v
+    if lanes_of(dtype) > 1:  # the other operand is a vector: broadcast the scalar to its lanes
+        return Broadcast(const(v, elem_of(dtype)), lanes_of(dtype))
     if isinstance(v, bool):
         return IntImm(int(v), "bool")
     if is_float(dtype) or isinstance(v, float):

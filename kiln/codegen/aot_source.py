@@ -1,0 +1,79 @@
+"""The AOT entry: a whole model as one C function that calls its kernels in a planned order.
+
+    int32_t kiln_model_run(void** inputs, void** outputs, void* arena, void** weights)
+
+Every tensor argument is a pointer chosen at compile time: a model input, a weight, a model output
+or an offset into the arena. The entry calls each kernel's typed body (static, in the same
+translation unit), stops at the first non-zero return code and returns it, then copies the model
+outputs that no kernel writes (an input, a weight, a tensor returned twice). Only indices and
+numbers reach this source: no name from the model file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from kiln.codegen.c_source import CSource, generate
+from kiln.codegen.c_types import STORAGE_CTYPE, CodegenError
+from kiln.tir.expr import elem_of
+from kiln.tir.stmt import Buffer, PrimFunc
+
+ENTRY = "kiln_model_run"
+
+
+@dataclass(frozen=True)
+class Ptr:
+    """Where a tensor lives: inputs[index], weights[index], outputs[index] or arena + index bytes."""
+
+    kind: Literal["input", "weight", "output", "arena"]
+    index: int
+
+    def c(self) -> str:
+        if self.kind == "arena":
+            return f"(arena_ + {self.index})"
+        return f"{self.kind}s[{self.index}]"
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    func: str  # PrimFunc name
+    args: tuple[Ptr, ...]  # one per PrimFunc parameter, all buffers (static shapes)
+
+
+@dataclass(frozen=True)
+class Copy:
+    dst: Ptr
+    src: Ptr
+    nbytes: int
+
+
+def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
+    """The kernels of `funcs` and the entry that runs `calls` in order, then `copies`."""
+    kernels = generate(funcs)
+    lines = [f"int32_t {ENTRY}(void** inputs, void** outputs, void* arena, void** weights) {{",
+             "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
+             "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]
+    for call in calls:
+        info = kernels.functions.get(call.func)
+        if info is None:
+            raise CodegenError(f"AOT entry calls {call.func!r}, which is not among the module's functions")
+        params = info.func.params
+        if len(params) != len(call.args):
+            raise CodegenError(f"AOT entry passes {len(call.args)} arguments to {call.func!r}, "
+                               f"which takes {len(params)}")
+        args = ", ".join(_arg(p, a, call.func) for p, a in zip(params, call.args))
+        lines.append(f"  rc = {info.body_symbol}({args});")
+        lines.append("  if (rc != KILN_OK) return rc;")
+    for c in copies:
+        lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
+    lines += ["  return KILN_OK;", "}", ""]
+    return CSource(kernels.code + "\n" + "\n".join(lines), kernels.functions)
+
+
+def _arg(p, ptr: Ptr, fname: str) -> str:
+    if not isinstance(p, Buffer):
+        raise CodegenError(f"{fname}: parameter {p.name!r} is a scalar; the AOT entry passes only "
+                           "buffers (static shapes)")
+    return f"({STORAGE_CTYPE[elem_of(p.dtype)]}*){ptr.c()}"

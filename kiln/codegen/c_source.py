@@ -1,0 +1,89 @@
+"""tir PrimFuncs -> one self-contained C99 (gnu11) module.
+
+Every function gets the uniform ABI `int32_t kiln_fn_NAME(const kiln_value_t* args, int32_t num_args)`
+(buffers as `.p`, integer scalars as `.i`, float scalars as `.f`, in parameter order; 0 means success)
+so ctypes and a generated C main call any kernel the same way. It unpacks into a typed static
+`kiln_body_NAME`, which code in the same module (an AOT main) may call directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.codegen.c_stmt import ALLOC_ERROR_FLAG, FunctionPrinter
+from kiln.codegen.c_types import STORAGE_CTYPE, CodegenError, ModuleDecls, is_float_value, scalar_ctype
+from kiln.codegen.names import NameScope
+from kiln.tir.expr import Var, elem_of
+from kiln.tir.stmt import Buffer, PrimFunc
+
+RUNTIME_HEADER = Path(__file__).with_name("kiln_runtime.h")
+
+
+@dataclass(frozen=True)
+class FuncInfo:
+    """Where a PrimFunc ended up in the module."""
+
+    func: PrimFunc
+    symbol: str  # the exported uniform-ABI entry
+    body_symbol: str  # the typed static function
+
+
+@dataclass(frozen=True)
+class CSource:
+    code: str
+    functions: dict[str, FuncInfo]  # by PrimFunc name
+
+
+def generate(funcs: Sequence[PrimFunc]) -> CSource:
+    decls, module_scope = ModuleDecls(), NameScope()
+    infos: dict[str, FuncInfo] = {}
+    bodies: list[str] = []
+    for f in funcs:
+        if f.name in infos:
+            raise CodegenError(f"two functions are named {f.name!r}")
+        c = module_scope.get(f, f.name)
+        info = FuncInfo(f, f"kiln_fn_{c}", f"kiln_body_{c}")
+        infos[f.name] = info
+        bodies.append(_function(info, decls))
+    code = "\n".join([RUNTIME_HEADER.read_text(), *decls.lines(), "", *bodies])
+    return CSource(code, infos)
+
+
+def _param_decl(p: Buffer | Var, ident: str, restrict: bool) -> str:
+    if isinstance(p, Buffer):
+        ct = STORAGE_CTYPE.get(elem_of(p.dtype))
+        if ct is None:
+            raise CodegenError(f"parameter {p.name!r}: the C backend cannot store dtype {p.dtype!r}")
+        return f"{ct}* {'restrict ' if restrict else ''}{ident}"
+    return f"{scalar_ctype(p.dtype)} {ident}"
+
+
+def _unpack(p: Buffer | Var, k: int) -> str:
+    if isinstance(p, Buffer):
+        return f"({STORAGE_CTYPE[elem_of(p.dtype)]}*)args[{k}].p"
+    return f"({scalar_ctype(p.dtype)})args[{k}].{'f' if is_float_value(p.dtype) else 'i'}"
+
+
+def _function(info: FuncInfo, decls: ModuleDecls) -> str:
+    """The typed body and its uniform-ABI wrapper. Buffers are `restrict` only when the PrimFunc
+    says its buffers never alias (attr noalias=True)."""
+    f = info.func
+    printer = FunctionPrinter(NameScope(), decls)
+    restrict = bool(f.attr("noalias", False))
+    params = [_param_decl(p, printer.scope.get(p, p.name), restrict) for p in f.params]
+    printer.stmt(f.body)
+    head = [f"static int32_t {info.body_symbol}({', '.join(params) or 'void'}) {{"]
+    if printer.uses_heap:
+        head.append(f"  int32_t {ALLOC_ERROR_FLAG} = KILN_OK;")
+    tail = [f"  return {ALLOC_ERROR_FLAG if printer.uses_heap else 'KILN_OK'};", "}"]
+    call = ", ".join(_unpack(p, k) for k, p in enumerate(f.params))
+    wrapper = [
+        f"int32_t {info.symbol}(const kiln_value_t* args, int32_t num_args) {{",
+        f"  if (num_args != {len(f.params)}) return KILN_ERR_NUM_ARGS;",
+        "  (void)args;" if not f.params else None,
+        f"  return {info.body_symbol}({call});",
+        "}",
+    ]
+    return "\n".join([*head, *printer.lines, *tail, *(w for w in wrapper if w is not None), ""])

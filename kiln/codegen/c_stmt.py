@@ -1,0 +1,149 @@
+"""How each tir statement is spelled in C: loops with their OpenMP/GCC pragmas, stores, allocations.
+
+Only the outermost PARALLEL loop becomes `omp parallel for` (nested ones run serially in their
+thread); nothing OpenMP is emitted inside an `omp simd` loop, which OpenMP forbids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kiln.codegen.c_expr import ExprPrinter
+from kiln.codegen.c_types import SIZEOF, STORAGE_CTYPE, STORE_CONVERT, CodegenError
+from kiln.codegen.offsets import flat_offset, is_const, mul
+from kiln.tir import expr as E
+from kiln.tir import stmt as S
+from kiln.tir.expr import elem_of, lanes_of
+
+STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
+UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symbolic
+ALLOC_ERROR_FLAG = "_kerr"
+
+
+class FunctionPrinter(ExprPrinter):
+    """Spells one function body into `lines`."""
+
+    def __init__(self, scope, decls):
+        super().__init__(scope, decls)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.in_parallel = self.in_simd = self.uses_heap = False
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def stmt(self, s: S.Stmt) -> None:
+        rule = STMT_RULES.get(type(s))
+        if rule is None:
+            raise CodegenError(f"the C backend cannot spell tir statement {type(s).__name__}")
+        rule(self, s)
+
+    def block(self, s: S.Stmt) -> None:
+        self.depth += 1
+        self.stmt(s)
+        self.depth -= 1
+
+
+def _store(p: FunctionPrinter, s: S.BufferStore) -> None:
+    ptr, elem = p.buffer(s.buffer), elem_of(s.buffer.dtype)
+    conv = STORE_CONVERT.get(elem, "")
+    base, stride, vector, lanes = flat_offset(s.buffer, s.indices)
+    if lanes_of(s.value.dtype) != lanes:
+        raise CodegenError(f"store to {s.buffer.name!r}: a {s.value.dtype} value at {lanes}-lane indices")
+    value = p.expr(s.value)
+    if lanes == 1:
+        p.emit(f"{ptr}[{p.expr(base)}] = {conv}({value});" if conv else f"{ptr}[{p.expr(base)}] = {value};")
+        return
+    v = p.tmp()
+    head = f"{{ {p.ctype(s.value.dtype)} {v} = {value};"
+    if vector is None and not conv and is_const(stride, 1):
+        p.emit(f"{head} __builtin_memcpy(&{ptr}[{p.expr(base)}], &{v}, sizeof({v})); }}")
+        return
+    decls, at, _ = p.element_index(s.buffer, s.indices)
+    lane = p.tmp()
+    p.emit(f"{head} {' '.join(decls)} for (int {lane} = 0; {lane} < {lanes}; ++{lane}) "
+           f"{ptr}[{at(lane)}] = {conv}({v}[{lane}]); }}")
+
+
+def _loop_pragma(p: FunctionPrinter, s: S.For) -> str | None:
+    simd = s.kind is S.ForKind.VECTORIZED or dict(s.annotations).get("simd", False)
+    if p.in_simd:
+        return None
+    if s.kind is S.ForKind.PARALLEL and not p.in_parallel:
+        return "#pragma omp parallel for" + (" simd" if simd else "")
+    if simd:
+        return "#pragma omp simd"
+    if s.kind is S.ForKind.UNROLLED:
+        n = s.extent.value if isinstance(s.extent, E.IntImm) else UNROLL_UNKNOWN_EXTENT
+        return f"#pragma GCC unroll {max(1, min(n, 65534))}"
+    return None
+
+
+def _for(p: FunctionPrinter, s: S.For) -> None:
+    i, ty = p.declare(s.loop_var), p.ctype(s.loop_var.dtype)
+    end = s.extent if is_const(s.min, 0) else E.Add(s.min, s.extent)
+    pragma = _loop_pragma(p, s)
+    if pragma:
+        p.emit(pragma)
+    p.emit(f"for ({ty} {i} = {p.expr(s.min)}; {i} < {p.expr(end)}; ++{i}) {{")
+    saved = p.in_parallel, p.in_simd
+    p.in_parallel |= pragma is not None and "parallel" in pragma
+    p.in_simd |= pragma is not None and "simd" in pragma
+    p.block(s.body)
+    p.in_parallel, p.in_simd = saved
+    p.emit("}")
+
+
+def _if(p: FunctionPrinter, s: S.IfThenElse) -> None:
+    p.emit(f"if ({p.expr(s.cond)}) {{")
+    p.block(s.then_case)
+    if s.else_case is not None:
+        p.emit("} else {")
+        p.block(s.else_case)
+    p.emit("}")
+
+
+def _let(p: FunctionPrinter, s: S.LetStmt) -> None:
+    p.emit("{")
+    p.depth += 1
+    p.emit(f"{p.ctype(s.var.dtype)} {p.declare(s.var)} = {p.expr(s.value)};")
+    p.stmt(s.body)
+    p.depth -= 1
+    p.emit("}")
+
+
+def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
+    buf = s.buffer
+    ct = STORAGE_CTYPE.get(elem_of(buf.dtype))
+    if ct is None or lanes_of(buf.dtype) != 1:
+        raise CodegenError(f"allocation {buf.name!r}: the C backend cannot store dtype {buf.dtype!r}")
+    count = E.IntImm(1)
+    for d in buf.shape:
+        count = mul(count, d)
+    name = p.scope.get(buf, buf.name)
+    p.emit("{")
+    p.depth += 1
+    if isinstance(count, E.IntImm) and count.value * SIZEOF[ct] <= STACK_ALLOC_MAX_BYTES:
+        p.emit(f"{ct} {name}[{max(count.value, 1)}] __attribute__((aligned(64)));")
+        p.stmt(s.body)
+    else:
+        p.uses_heap = True
+        p.emit(f"{ct}* {name} = ({ct}*)kiln_alloc((int64_t)({p.expr(count)}) * (int64_t)sizeof({ct}));")
+        p.emit(f"if ({name} == NULL) {{ __atomic_store_n(&{ALLOC_ERROR_FLAG}, KILN_ERR_ALLOC, __ATOMIC_RELAXED); }}"
+               " else {")
+        p.block(s.body)
+        p.emit(f"  free({name});")
+        p.emit("}")
+    p.depth -= 1
+    p.emit("}")
+
+
+def _seq(p: FunctionPrinter, s: S.SeqStmt) -> None:
+    for x in s.stmts:
+        p.stmt(x)
+
+
+STMT_RULES: dict[type, Callable[[FunctionPrinter, S.Stmt], None]] = {
+    S.BufferStore: _store, S.For: _for, S.IfThenElse: _if, S.LetStmt: _let, S.Allocate: _allocate,
+    S.SeqStmt: _seq, S.Evaluate: lambda p, s: p.emit(f"(void){p.expr(s.value)};"),
+}

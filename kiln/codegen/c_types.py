@@ -1,0 +1,69 @@
+"""C types of tir dtypes, and the module-wide declarations expressions need (vector typedefs, externs).
+
+Values are computed in VALUE_CTYPE and stored in STORAGE_CTYPE: float16/bfloat16 live in memory as
+uint16_t and are computed as float (rounded at casts and stores), bool is a 0/1 uint8_t.
+"""
+
+from __future__ import annotations
+
+from kiln.errors import CodegenError  # noqa: F401  (re-exported)
+from kiln.tir.expr import elem_of, lanes_of
+
+
+
+
+VALUE_CTYPE = {
+    "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+    "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+    "float16": "float", "bfloat16": "float", "float32": "float", "float64": "double",
+}
+STORAGE_CTYPE = {**VALUE_CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t"}
+SIZEOF = {"uint8_t": 1, "int8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "float": 4,
+          "int64_t": 8, "uint64_t": 8, "double": 8}
+# the suffix of runtime helpers (kiln_min_i32, kiln_floordiv_i64, ...) for a value type
+HELPER_SUFFIX = {"uint8_t": "u8", "int8_t": "i8", "int16_t": "i16", "uint16_t": "u16", "int32_t": "i32",
+                 "uint32_t": "u32", "int64_t": "i64", "uint64_t": "u64", "float": "f32", "double": "f64"}
+# float16/bfloat16 loads and stores convert between storage and value
+LOAD_CONVERT = {"float16": "kiln_f16_to_f32", "bfloat16": "kiln_bf16_to_f32"}
+STORE_CONVERT = {"float16": "kiln_f32_to_f16", "bfloat16": "kiln_f32_to_bf16"}
+NARROW_INTS = ("int8", "int16", "uint8", "uint16")
+UNSIGNED_INTS = ("bool", "uint8", "uint16", "uint32", "uint64")
+
+
+def scalar_ctype(dtype: str) -> str:
+    elem = elem_of(dtype)
+    if elem not in VALUE_CTYPE:
+        raise CodegenError(f"the C backend has no type for dtype {dtype!r}")
+    return VALUE_CTYPE[elem]
+
+
+def is_float_value(dtype: str) -> bool:
+    return scalar_ctype(dtype) in ("float", "double")
+
+
+class ModuleDecls:
+    """Declarations shared by all functions of one module, emitted once before them."""
+
+    def __init__(self) -> None:
+        self.vector_types: dict[str, str] = {}
+        self.externs: dict[str, str] = {}
+
+    def ctype(self, dtype: str) -> str:
+        """The C value type of a scalar or vector dtype (vectors are GCC vector extensions)."""
+        lanes, elem = lanes_of(dtype), scalar_ctype(dtype)
+        if lanes == 1:
+            return elem
+        if lanes & (lanes - 1):
+            raise CodegenError(f"vector dtype {dtype!r}: the C backend needs a power-of-two lane count")
+        name = f"kiln_{HELPER_SUFFIX[elem]}x{lanes}"
+        self.vector_types.setdefault(
+            name, f"typedef {elem} {name} __attribute__((vector_size({lanes * SIZEOF[elem]})));")
+        return name
+
+    def extern(self, name: str, prototype: str) -> None:
+        if self.externs.setdefault(name, prototype) != prototype:
+            raise CodegenError(f"runtime function {name} is called with two signatures: "
+                               f"{self.externs[name]} and {prototype}")
+
+    def lines(self) -> list[str]:
+        return [*self.vector_types.values(), *self.externs.values()]
