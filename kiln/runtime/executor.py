@@ -39,7 +39,8 @@ class CompiledKernel:
     outputs: list[Buffer]
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
-        ins = [np.ascontiguousarray(a) for a in args] + self.kernel.constants
+        # NOTE: not np.ascontiguousarray, which turns a 0-d array into a 1-d one
+        ins = [np.asarray(a, order="C") for a in args] + self.kernel.constants
         scalars = [int(ins[i].shape[axis]) for i, axis in self.bindings]
         bound = {v: n for v, n in zip(self.scalar_params, scalars)}
         outs = [np.empty(tuple(_eval(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
@@ -79,9 +80,9 @@ class CompiledModule:
         if unknown or missing:
             from kiln.errors import InputError
 
-            raise InputError(f"inputs {'unknown: ' + ', '.join(unknown) if unknown else ''}"
-                             f"{'; ' if unknown and missing else ''}{'missing: ' + ', '.join(missing) if missing else ''}"
-                             f"; the model's inputs are {', '.join(names)}")
+            parts = ([f"unknown input name(s) {', '.join(unknown)}"] if unknown else []) + (
+                [f"missing input(s) {', '.join(missing)}"] if missing else [])
+            raise InputError(f"{'; '.join(parts)}; the model's inputs are {', '.join(names)}")
         dims: dict[str, int] = {}
         scope = Scope()
         for p in main.params:
@@ -126,12 +127,17 @@ def primitive_functions(mod: IRModule) -> list[Function]:
     return out
 
 
-def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> CompiledModule:
-    """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
+def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> IRModule:
+    """The optimized module with every operator in a Primitive function (FuseOps always runs)."""
     ctx = ctx or PassContext(opt_level=opt_level)
     ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config)
-    fused = optimize(mod, opt_level, ctx)
-    lowered: list[tuple[Function, Kernel]] = []
+    return optimize(mod, opt_level, ctx)
+
+
+def lower_groups(fused: IRModule) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+    """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
+    kernel, why each group that could not be lowered runs on the host)."""
+    lowered: list[Kernel] = []
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
     alias: dict[int, Kernel] = {}
@@ -148,12 +154,19 @@ def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> 
         if _bindings(k) is None:
             host.append(f"{k.func.name}: an output size is not known from the input sizes (data-dependent)")
             continue
-        lowered.append((fn, k))
+        lowered.append(k)
         by_hash.setdefault(structural_hash(fn), []).append((fn, k))
         alias[id(fn)] = k
-    lib = build_c([k.func for _, k in lowered], "model") if lowered else None
+    return lowered, alias, host
+
+
+def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> CompiledModule:
+    """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
+    fused = fuse(mod, opt_level, ctx)
+    lowered, alias, host = lower_groups(fused)
+    lib = build_c([k.func for k in lowered], "model") if lowered else None
     compiled = {}
-    by_kernel = {id(k): None for _, k in lowered}
+    by_kernel = {id(k): None for k in lowered}
     for fn in primitive_functions(fused):
         k = alias.get(id(fn))
         if k is None:

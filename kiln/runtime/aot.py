@@ -1,0 +1,224 @@
+"""The AOT executor: a static-shape model compiled into one C entry function.
+
+`build_aot` fuses and lowers the model like kiln.runtime.executor, flattens `main` into a list of
+kernel calls over tensors, plans their memory (kiln.runtime.memory_plan) and generates
+`kiln_model_run` (kiln.codegen.aot_source) into the same library as the kernels: one ctypes call
+per inference, no Python between kernels. Models that need the host (a group without a compute,
+dynamic shapes, control flow) are refused: kiln.runtime.executor runs those.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kiln.codegen import CompileCache, KernelError
+from kiln.codegen.aot_source import ENTRY, Copy, KernelCall, Ptr, generate_aot
+from kiln.codegen.compiler import FLAGS
+from kiln.codegen.lower_fused import Kernel
+from kiln.codegen.module import CModule
+from kiln.errors import InputError, KilnError
+from kiln.ir.dtype import from_numpy, to_numpy
+from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
+from kiln.ir.module import IRModule
+from kiln.ir.types import TensorType, TupleType, Type
+from kiln.ir.visitor import post_order
+from kiln.runtime.executor import fuse, lower_groups
+from kiln.runtime.interpreter import check_input
+from kiln.runtime.memory_plan import ALIGN, MemoryPlan, Step, plan_memory
+from kiln.tir.stmt import Buffer
+from kiln.transform import PassContext
+
+
+class AotError(KilnError):
+    """The model cannot be compiled ahead of time; kiln.runtime.executor.build runs it instead."""
+
+
+_HINT = "; run it with kiln.runtime.executor.build instead"
+
+
+@dataclass
+class _Graph:
+    """`main` as kernel calls over numbered tensors."""
+
+    types: list[TensorType] = field(default_factory=list)  # by tensor id
+    homes: dict[int, Ptr] = field(default_factory=dict)  # inputs and weights (fixed pointers)
+    weights: list[np.ndarray] = field(default_factory=list)
+    weight_ids: dict[int, int] = field(default_factory=dict)  # id(array) -> tensor id
+    calls: list[tuple[Kernel, tuple[int, ...]]] = field(default_factory=list)  # tensor per PrimFunc param
+    steps: list[Step] = field(default_factory=list)
+
+    def tensor(self, t: Type, what: str) -> int:
+        self.types.append(_static(t, what))
+        return len(self.types) - 1
+
+    def weight(self, data: np.ndarray, t: Type) -> int:
+        if id(data) not in self.weight_ids:
+            tid = self.tensor(t, "a constant")
+            self.homes[tid] = Ptr("weight", len(self.weights))
+            self.weights.append(np.ascontiguousarray(data))
+            self.weight_ids[id(data)] = tid
+        return self.weight_ids[id(data)]
+
+    def nbytes(self, tid: int) -> int:
+        t = self.types[tid]
+        return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(to_numpy(t.dtype)).itemsize
+
+
+def _static(t: Type, what: str) -> TensorType:
+    if not isinstance(t, TensorType) or t.shape is None:
+        raise AotError(f"{what} has type {t}; AOT runs only tensors{_HINT}")
+    if not all(isinstance(d, int) for d in t.shape):
+        raise AotError(f"{what} has a dynamic shape {t}; AOT needs static shapes{_HINT}")
+    return t
+
+
+def _outer(e: Expr) -> tuple[Expr, ...]:
+    return () if isinstance(e, Function) else children(e)
+
+
+def _flatten(main: Function, kernels: dict[int, Kernel]) -> tuple[_Graph, list[int]]:
+    """The kernel calls of `main` in a valid order, and the tensor of each model output."""
+    g = _Graph()
+    value: dict[int, Any] = {}
+    for i, p in enumerate(main.params):
+        value[id(p)] = g.tensor(p.type, f"input '{p.name}'")
+        g.homes[value[id(p)]] = Ptr("input", i)
+    for e in post_order(main.body, _outer):
+        if id(e) in value:
+            continue
+        if isinstance(e, Constant):
+            value[id(e)] = g.weight(e.data, e.type)
+        elif isinstance(e, Call) and isinstance(e.op, Function) and e.op.attr("Primitive"):
+            value[id(e)] = _call(g, e, kernels, value)
+        elif isinstance(e, TupleGetItem):
+            value[id(e)] = value[id(e.tuple_value)][e.index]
+        elif isinstance(e, Tuple):
+            value[id(e)] = tuple(value[id(f)] for f in e.fields)
+        elif isinstance(e, Function) and e.attr("Primitive"):
+            continue
+        else:
+            what = e.op.name if isinstance(e, Call) and hasattr(e.op, "name") else type(e).__name__
+            raise AotError(f"main contains {what} outside a fused kernel (control flow or a host "
+                           f"value){_HINT}")
+    result = value[id(main.body)]
+    outputs = list(result) if isinstance(main.body.type, TupleType) else [result]
+    for k, o in enumerate(outputs):
+        if not isinstance(o, int):
+            raise AotError(f"output {k} is a nested tuple; AOT returns a flat list of tensors{_HINT}")
+    return g, outputs
+
+
+def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any]) -> Any:
+    k = kernels[id(e.op)]
+    args = tuple(value[id(a)] for a in e.args)
+    if not all(isinstance(a, int) for a in args):
+        raise AotError(f"{k.func.name}: a tuple argument to a fused call{_HINT}")
+    consts = tuple(g.weight(c, TensorType(c.shape, from_numpy(c.dtype))) for c in k.constants)
+    outs = tuple(g.tensor(t, f"output of {k.func.name}") for t in k.output_types)
+    tids = args + consts + outs
+    params = k.func.params
+    if len(params) != len(tids) or not all(isinstance(p, Buffer) for p in params):
+        raise AotError(f"{k.func.name}: its kernel takes size parameters; AOT needs static shapes{_HINT}")
+    for p, tid in zip(params, tids):
+        if to_numpy(p.dtype) != to_numpy(g.types[tid].dtype):
+            raise AotError(f"{k.func.name}: buffer {p.name} is {p.dtype} but its tensor is {g.types[tid].dtype}")
+    g.calls.append((k, tids))
+    g.steps.append(Step(k.func.name, args + consts, outs))
+    return outs if isinstance(e.op.body.type, TupleType) else outs[0]
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    arena_bytes: int
+    lower_bound: int
+    naive_bytes: int  # every intermediate in its own buffer
+    order: tuple[str, ...]  # kernels in execution order
+    weight_bytes: int
+    output_bytes: int
+
+    def __str__(self) -> str:
+        ratio = self.arena_bytes / self.lower_bound if self.lower_bound else 1.0
+        return (f"arena {self.arena_bytes} B (lower bound {self.lower_bound} B, x{ratio:.2f}; naive "
+                f"{self.naive_bytes} B); weights {self.weight_bytes} B; outputs {self.output_bytes} B; "
+                f"{len(self.order)} kernels")
+
+
+class AotModule:
+    """A compiled model: `run(feeds)` is one call into `kiln_model_run`. The arena is allocated
+    once and reused, so runs of one module are serialized by a lock."""
+
+    def __init__(self, mod: IRModule, graph: _Graph, outputs: list[int], plan: MemoryPlan, library: CModule):
+        self.mod, self.plan, self.library = mod, plan, library
+        self._params = [(p.name, p.type) for p in mod.main.params]
+        self._outputs = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
+        self._weights = graph.weights
+        self._weight_ptrs = (ctypes.c_void_p * max(len(graph.weights), 1))(*[w.ctypes.data for w in graph.weights])
+        self._arena = np.empty(plan.arena_bytes + ALIGN, np.uint8)
+        addr = self._arena.ctypes.data
+        self._arena_ptr = ctypes.c_void_p(addr + (-addr % ALIGN))
+        self._entry = getattr(library.lib, ENTRY)
+        self._entry.argtypes = [ctypes.c_void_p] * 4
+        self._entry.restype = ctypes.c_int32
+        self._lock = threading.Lock()
+        self._report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
+                                    tuple(graph.steps[i].name for i in plan.order),
+                                    sum(w.nbytes for w in graph.weights),
+                                    sum(graph.nbytes(t) for t in outputs))
+
+    def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        names = [n for n, _ in self._params]
+        missing = [n for n in names if n not in feeds]
+        unknown = sorted(set(feeds) - set(names))
+        if missing or unknown:
+            parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
+                    ([f"missing: {', '.join(missing)}"] if missing else [])
+            raise InputError(f"inputs {'; '.join(parts)}; the model's inputs are {', '.join(names) or '(none)'}")
+        arrays = [np.ascontiguousarray(check_input(n, feeds[n], t, {})) for n, t in self._params]
+        outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        with self._lock:
+            rc = self._entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
+        if rc != 0:
+            raise KernelError(f"{ENTRY} failed with code {rc} (-2: out of memory for a kernel temporary)")
+        return outs
+
+    def memory_report(self) -> MemoryReport:
+        return self._report
+
+
+def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = None,
+              ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
+              flags: tuple[str, ...] = FLAGS) -> AotModule:
+    """Compile `mod` (static shapes, every group compilable) into one entry function.
+
+    `memory_limit` (bytes) bounds the arena of intermediates: a larger plan raises
+    MemoryLimitError before anything is compiled or run."""
+    for p in mod.main.params:
+        _static(p.type, f"input '{p.name}'")
+    fused = fuse(mod, opt_level, ctx)
+    lowered, kernels, host = lower_groups(fused)
+    if host:
+        raise AotError(f"{len(host)} fused group(s) cannot be compiled: {'; '.join(host)}{_HINT}")
+    graph, outputs = _flatten(fused.main, kernels)
+    sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
+             if t not in graph.homes and t not in outputs}
+    plan = plan_memory(graph.steps, sizes, memory_limit)
+    where = dict(graph.homes)
+    where.update({t: Ptr("arena", o) for t, o in plan.offsets.items()})
+    copies = []
+    for k, t in enumerate(outputs):
+        if t in where:
+            copies.append(Copy(Ptr("output", k), where[t], graph.nbytes(t)))
+        else:
+            where[t] = Ptr("output", k)
+    calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
+             for i in plan.order]
+    source = generate_aot([k.func for k in lowered], calls, copies)
+    path = (cache or CompileCache()).build(source.code, cc, flags)
+    return AotModule(fused, graph, outputs, plan, CModule("model", source, path))

@@ -1,0 +1,130 @@
+"""Compiled-model directories: round trip without a compiler, atomic writes, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.codegen.cache import CompileCache
+from kiln.models import small_cnn
+from kiln.runtime import artifact
+from kiln.runtime.artifact import ArtifactError
+
+
+def _image(batch: int) -> np.ndarray:
+    return np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def static_model():
+    return kiln.build(small_cnn(batch=2))
+
+
+@pytest.fixture(scope="module")
+def dynamic_model():
+    return kiln.build(small_cnn())
+
+
+@pytest.fixture
+def exported(static_model, tmp_path):
+    return static_model.export(tmp_path / "cnn")
+
+
+@pytest.fixture
+def no_compiler(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("loading a compiled model must not compile")
+
+    monkeypatch.setattr(CompileCache, "build", refuse)
+
+
+def test_round_trip_of_an_aot_model_runs_without_compiling(static_model, exported, no_compiler):
+    assert sorted(os.listdir(exported)) == ["model.json", "model.so", "weights.npz"]
+    meta = json.loads((exported / "model.json").read_text())
+    assert meta["kiln_version"] == kiln.__version__ and "-march=native" in meta["compiler_flags"]
+    assert meta["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
+    assert set(meta["cpu_features"]) <= (artifact.cpu_features() or set())
+    sess = kiln.load(exported)
+    x = _image(2)
+    np.testing.assert_array_equal(sess.run(None, {"image": x})[0], static_model.run({"image": x})[0])
+
+
+def test_round_trip_of_a_dynamic_model_keeps_symbolic_dims(dynamic_model, tmp_path, no_compiler):
+    sess = kiln.load(dynamic_model.export(tmp_path / "dyn"))
+    assert sess.get_inputs()[0].shape == ["N", 3, 32, 32]
+    for batch in (1, 3):
+        x = _image(batch)
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], dynamic_model.run({"image": x})[0])
+    again = sess.export(tmp_path / "again")  # a loaded model exports again
+    np.testing.assert_array_equal(kiln.load(again).run(None, {"image": x})[0], sess.run(None, {"image": x})[0])
+
+
+def test_failed_export_leaves_nothing(static_model, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(artifact.np, "savez", fail)
+    with pytest.raises(OSError, match="disk full"):
+        static_model.export(tmp_path / "cnn")
+    assert os.listdir(tmp_path) == []
+
+
+def test_export_replaces_an_artifact_but_not_other_directories(static_model, exported, tmp_path):
+    assert static_model.export(exported) == exported and kiln.load(exported)
+    assert sorted(os.listdir(tmp_path)) == ["cnn"]
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(ArtifactError, match="not a compiled Kiln model; refusing"):
+        static_model.export(other)
+    assert os.listdir(other) == ["cat.jpg"]
+
+
+def _edit_meta(d, **changes) -> None:
+    meta = json.loads((d / "model.json").read_text())
+    meta.update(changes)
+    (d / "model.json").write_text(json.dumps(meta))
+
+
+def test_refuses_another_kiln_version(exported):
+    _edit_meta(exported, kiln_version="0.0.1")
+    with pytest.raises(ArtifactError, match="compiled by Kiln 0.0.1.*compile the model again"):
+        kiln.load(exported)
+
+
+def test_refuses_a_cpu_without_a_feature_it_was_built_for(exported, monkeypatch):
+    _edit_meta(exported, cpu_features=["avx2", "fma", "sse2"])
+    monkeypatch.setattr(artifact, "cpu_features", lambda: {"sse2"})
+    with pytest.raises(ArtifactError, match="avx2, fma, which this CPU lacks"):
+        kiln.load(exported)
+
+
+def test_refuses_corrupt_or_missing_files(exported):
+    data = bytearray((exported / "weights.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (exported / "weights.npz").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="weights.npz is corrupt"):
+        kiln.load(exported)
+    (exported / "model.so").unlink()
+    with pytest.raises(ArtifactError, match="missing model.so"):
+        kiln.load(exported)
+    (exported / "model.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="model.json is corrupt"):
+        kiln.load(exported)
+    (exported / "model.json").unlink()
+    with pytest.raises(ArtifactError, match="no model.json"):
+        kiln.load(exported)
+    with pytest.raises(ArtifactError, match="not a directory"):
+        kiln.load(exported / "nothing")
+
+
+def test_truncated_weights_are_an_error_even_when_the_digest_is_rewritten(exported):
+    (exported / "weights.npz").write_bytes(b"PK\x03\x04 truncated")
+    meta = json.loads((exported / "model.json").read_text())
+    _edit_meta(exported, files={**meta["files"], "weights.npz": artifact._sha256(exported / "weights.npz")})
+    with pytest.raises(ArtifactError, match="weights.npz is corrupt or incomplete"):
+        kiln.load(exported)
