@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.codegen import runtime_lib
 from kiln.codegen.c_stmt import ALLOC_ERROR_FLAG, FunctionPrinter
 from kiln.codegen.c_types import STORAGE_CTYPE, CodegenError, ModuleDecls, is_float_value, scalar_ctype
 from kiln.codegen.names import NameScope
@@ -47,7 +48,7 @@ def generate(funcs: Sequence[PrimFunc]) -> CSource:
         info = FuncInfo(f, f"kiln_fn_{c}", f"kiln_body_{c}")
         infos[f.name] = info
         bodies.append(_function(info, decls))
-    code = "\n".join([RUNTIME_HEADER.read_text(), *decls.lines(), "", *bodies])
+    code = "\n".join([RUNTIME_HEADER.read_text(), runtime_lib.source(funcs), *decls.lines(), "", *bodies])
     return CSource(code, infos)
 
 
@@ -73,12 +74,20 @@ def _function(info: FuncInfo, decls: ModuleDecls) -> str:
     printer = FunctionPrinter(NameScope(), decls)
     restrict = bool(f.attr("noalias", False))
     params = [_param_decl(p, printer.scope.get(p, p.name), restrict) for p in f.params]
+    # data-dependent dims (set by runtime-library calls) are in-out: a local copy, written back
+    inout = {v: printer.scope.fresh(f"{v.name}_inout") for v in runtime_lib.data_dependent_vars(f)}
+    params = [f"int64_t* {inout[p]}" if p in inout else d for p, d in zip(f.params, params)]
     printer.stmt(f.body)
     head = [f"static int32_t {info.body_symbol}({', '.join(params) or 'void'}) {{"]
+    head += [f"  {scalar_ctype(v.dtype)} {printer.var(v)} = ({scalar_ctype(v.dtype)})*{p};"
+             for v, p in inout.items()]
     if printer.uses_heap:
         head.append(f"  int32_t {ALLOC_ERROR_FLAG} = KILN_OK;")
-    tail = [f"  return {ALLOC_ERROR_FLAG if printer.uses_heap else 'KILN_OK'};", "}"]
-    call = ", ".join(_unpack(p, k) for k, p in enumerate(f.params))
+    tail = [f"  *{p} = (int64_t){printer.var(v)};" for v, p in inout.items()]
+    tail += [f"  return {ALLOC_ERROR_FLAG if printer.uses_heap else 'KILN_OK'};", "}"]
+    # NOTE: the slot of an in-out dim is written through a cast-away const (the caller's array is mutable)
+    call = ", ".join(f"(int64_t*)&((kiln_value_t*)args)[{k}].i" if p in inout else _unpack(p, k)
+                     for k, p in enumerate(f.params))
     wrapper = [
         f"int32_t {info.symbol}(const kiln_value_t* args, int32_t num_args) {{",
         f"  if (num_args != {len(f.params)}) return KILN_ERR_NUM_ARGS;",

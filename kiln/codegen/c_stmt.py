@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.codegen import runtime_lib
 from kiln.codegen.c_expr import ExprPrinter
 from kiln.codegen.c_types import SIZEOF, STORAGE_CTYPE, STORE_CONVERT, CodegenError
 from kiln.codegen.offsets import flat_offset, is_const, mul
@@ -138,6 +139,15 @@ def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
     p.emit("}")
 
 
+def _evaluate(p: FunctionPrinter, s: S.Evaluate) -> None:
+    """A call of a runtime-library function (an ExternOp) takes buffers: spelled by runtime_lib."""
+    if isinstance(s.value, E.Call) and s.value.name in runtime_lib.RUNTIME_FUNCS:
+        p.uses_heap = True  # declares the error flag the call reports into
+        runtime_lib.emit_call(p, s.value, ALLOC_ERROR_FLAG)
+        return
+    p.emit(f"(void){p.expr(s.value)};")
+
+
 def _seq(p: FunctionPrinter, s: S.SeqStmt) -> None:
     for x in s.stmts:
         p.stmt(x)
@@ -145,5 +155,5 @@ def _seq(p: FunctionPrinter, s: S.SeqStmt) -> None:
 
 STMT_RULES: dict[type, Callable[[FunctionPrinter, S.Stmt], None]] = {
     S.BufferStore: _store, S.For: _for, S.IfThenElse: _if, S.LetStmt: _let, S.Allocate: _allocate,
-    S.SeqStmt: _seq, S.Evaluate: lambda p, s: p.emit(f"(void){p.expr(s.value)};"),
+    S.SeqStmt: _seq, S.Evaluate: _evaluate,
 }

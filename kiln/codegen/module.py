@@ -30,7 +30,8 @@ class KilnValue(ctypes.Union):
     _fields_ = [("i", ctypes.c_int64), ("f", ctypes.c_double), ("p", ctypes.c_void_p)]
 
 
-_KERNEL_ERRORS = {-1: "wrong number of arguments", -2: "out of memory allocating a temporary buffer"}
+_KERNEL_ERRORS = {-1: "wrong number of arguments", -2: "out of memory allocating a temporary buffer",
+                  -3: "a runtime-library function got an invalid argument"}
 
 
 def build(funcs: Sequence[PrimFunc], name: str = "module", *, cc: str = "gcc",
@@ -65,7 +66,9 @@ class CFunction:
         self._fn.argtypes = [ctypes.POINTER(KilnValue), ctypes.c_int32]
         self._fn.restype = ctypes.c_int32
 
-    def __call__(self, *args) -> None:
+    def __call__(self, *args) -> dict[E.Var, int]:
+        """Runs the kernel; returns every size argument's final value (data-dependent dims are
+        in-out, see kiln.codegen.runtime_lib)."""
         fname = self.info.func.name
         if len(args) != len(self.params):
             names = ", ".join(p.name for p in self.params)
@@ -83,6 +86,8 @@ class CFunction:
         rc = self._fn(values, len(args))
         if rc != 0:
             raise KernelError(f"kernel {fname} failed: {_KERNEL_ERRORS.get(rc, f'error code {rc}')}")
+        return {p: values[k].i for k, p in enumerate(self.params)
+                if isinstance(p, E.Var) and not is_float_value(p.dtype)}
 
 
 def _scalar(fname: str, p: E.Var, a) -> KilnValue:

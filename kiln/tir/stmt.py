@@ -42,7 +42,10 @@ class ForKind(enum.Enum):
 
 
 class Stmt:
-    pass
+    def __str__(self) -> str:
+        from kiln.tir.printer import to_str
+
+        return to_str(self)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,11 @@ class PrimFunc:
 
     def attr(self, key: str, default: Any = None) -> Any:
         return dict(self.attrs).get(key, default)
+
+    def __str__(self) -> str:
+        from kiln.tir.printer import to_str
+
+        return to_str(self)
 
 
 def seq(*stmts: Stmt) -> Stmt:

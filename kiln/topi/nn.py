@@ -18,7 +18,7 @@ from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.injective import ravel, unravel
 from kiln.topi.reduction import ARGMAX, reduce_kind
-from kiln.topi.registry import register_compute, static_shape
+from kiln.topi.registry import ComputeError, register_compute, static_shape
 
 
 def pad_spatial(x: te.Tensor, widths: Sequence[tuple[int, int]], fill: PrimExpr, name: str = "pad") -> te.Tensor:
@@ -46,6 +46,15 @@ def _cast(dtype: str, v: PrimExpr) -> PrimExpr:
     return tir.cast(dtype, v)
 
 
+def batch_static_shape(name: str, x: te.Tensor) -> tuple:
+    """x's shape with the batch dim as it is (it may be symbolic); channels and spatial dims must be
+    static, since the window geometry is computed from them."""
+    tail = x.shape[1:]
+    if not all(isinstance(d, tir.IntImm) for d in tail):
+        raise ComputeError(f"{name}: needs static channel and spatial dims, got {x.shape}")
+    return (x.shape[0],) + tuple(d.value for d in tail)
+
+
 # ---------------------------------------------------------------------------------------------
 # convolution
 
@@ -53,7 +62,7 @@ def _cast(dtype: str, v: PrimExpr) -> PrimExpr:
 @register_compute("nn.conv")
 def _conv(attrs, inputs, out_type, consts):
     x, w, b = inputs[:3]
-    xs, ws = static_shape("nn.conv", x), static_shape("nn.conv", w)
+    xs, ws = batch_static_shape("nn.conv", x), static_shape("nn.conv", w)
     win = Window.of(attrs, ws[2:])
     out, pads, _ = win.layout(xs[2:])
     acc = wide_dtype(x.dtype)
@@ -80,7 +89,7 @@ def _conv(attrs, inputs, out_type, consts):
 @register_compute("nn.conv_transpose")
 def _conv_transpose(attrs, inputs, out_type, consts):
     x, w, b = inputs[:3]
-    xs, ws = static_shape("nn.conv_transpose", x), static_shape("nn.conv_transpose", w)
+    xs, ws = batch_static_shape("nn.conv_transpose", x), static_shape("nn.conv_transpose", w)
     win = Window.of(attrs, ws[2:])
     geo = [_convt_axis(attrs, win, a, d) for a, d in enumerate(xs[2:])]
     acc = wide_dtype(x.dtype)
@@ -117,7 +126,7 @@ def _conv_transpose(attrs, inputs, out_type, consts):
 
 def _pool_geometry(attrs, x: te.Tensor):
     win = Window.of(attrs, attrs.kernel_shape, attrs.ceil_mode)
-    xs = static_shape("pool", x)
+    xs = batch_static_shape("pool", x)
     out, pads, extra = win.layout(xs[2:])
     return win, xs, out, pads, extra
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kiln import tir
 from kiln.te.schedule import Schedule, Stage, create_schedule
-from kiln.te.tensor import ComputeOp, Tensor
+from kiln.te.tensor import ComputeOp, ExternOp, Tensor
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
@@ -35,11 +35,13 @@ def _size(stage: Stage) -> int | None:
 def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
     s = create_schedule(outputs)
     out_ops = {t.op for t in outputs}
+    # a runtime-library function (ExternOp) reads its inputs from buffers: never inline those
+    extern_reads = {t.op for st in s.stages if isinstance(st.op, ExternOp) for t in st.op.inputs}
     for stage in list(s.stages):
         op = stage.op
         if not isinstance(op, ComputeOp):
             continue
-        if op not in out_ops and not op.reduce_axis and op.num_outputs == 1:
+        if op not in out_ops and op not in extern_reads and not op.reduce_axis and op.num_outputs == 1:
             stage.compute_inline()
             continue
         _loop_nest(stage)

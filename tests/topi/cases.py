@@ -173,3 +173,6 @@ for _k in ("softmax", "log_softmax", "hardmax"):
 from tests.topi.cases_tensor import TENSOR_CASES  # noqa: E402
 
 CASES.update(TENSOR_CASES())
+from tests.topi.cases_more import MORE_CASES  # noqa: E402
+
+CASES.update(MORE_CASES())

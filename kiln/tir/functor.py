@@ -1,0 +1,144 @@
+"""Generic traversal of tir: rebuild a node from rewritten children, post-order maps, visitors,
+and Var substitution. Every pass is written on top of these.
+
+Binding positions (Let.var, LetStmt.var, For.loop_var) and Buffers are not children: a map over
+expressions never renames a binder, and buffers are replaced only by passes that mean to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import fields
+
+from kiln.tir.expr import Let, PrimExpr, Var
+from kiln.tir.stmt import For, LetStmt, PrimFunc, Stmt
+
+_BINDERS = {(Let, "var"), (LetStmt, "var"), (For, "loop_var")}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+Node = PrimExpr | Stmt
+ExprFn = Callable[[PrimExpr], PrimExpr]
+StmtFn = Callable[[Stmt], Stmt]
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """Names of the fields that may hold child nodes (cached per class)."""
+    if cls not in _FIELDS:
+        _FIELDS[cls] = tuple(f.name for f in fields(cls) if (cls, f.name) not in _BINDERS and f.name != "dtype")
+    return _FIELDS[cls]
+
+
+def _is_child(v: object) -> bool:
+    return isinstance(v, (PrimExpr, Stmt))
+
+
+def children(node: Node) -> Iterator[Node]:
+    """The direct child expressions and statements of `node`, in field order."""
+    if isinstance(node, Var):
+        return
+    for name in _child_fields(type(node)):
+        v = getattr(node, name)
+        if _is_child(v):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (x for x in v if _is_child(x))
+
+
+def rebuild(node: Node, fexpr: ExprFn, fstmt: StmtFn) -> Node:
+    """`node` with each child expression mapped by `fexpr` and each child statement by `fstmt`;
+    the same object when nothing changed (keeps sharing, makes no-op passes cheap)."""
+    if isinstance(node, Var):
+        return node
+
+    def f(v):
+        if isinstance(v, PrimExpr):
+            return fexpr(v)
+        if isinstance(v, Stmt):
+            return fstmt(v)
+        if isinstance(v, tuple) and any(_is_child(x) for x in v):
+            new = tuple(f(x) for x in v)
+            return v if all(a is b for a, b in zip(new, v)) else new
+        return v
+
+    changed = {}
+    for name in _child_fields(type(node)):
+        old = getattr(node, name)
+        new = f(old)
+        if new is not old:
+            changed[name] = new
+    if not changed:
+        return node
+    args = {fl.name: changed.get(fl.name, getattr(node, fl.name)) for fl in fields(node) if fl.init}
+    return type(node)(**args)
+
+
+def map_expr(e: PrimExpr, f: Callable[[PrimExpr], PrimExpr | None]) -> PrimExpr:
+    """Post-order rewrite: children first, then `f(node)` (None keeps the rebuilt node).
+    Shared subexpressions are rewritten once."""
+    memo: dict[int, tuple[PrimExpr, PrimExpr]] = {}
+
+    def go(x: PrimExpr) -> PrimExpr:
+        hit = memo.get(id(x))
+        if hit is not None:
+            return hit[1]
+        y = rebuild(x, go, _no_stmt)
+        r = f(y)
+        r = y if r is None else r
+        memo[id(x)] = (x, r)
+        return r
+
+    return go(e)
+
+
+def _no_stmt(s: Stmt) -> Stmt:
+    raise TypeError(f"a statement inside an expression: {type(s).__name__}")
+
+
+def map_stmt(s: Stmt, fexpr: ExprFn | None = None, fstmt: Callable[[Stmt], Stmt | None] | None = None) -> Stmt:
+    """Post-order rewrite of a statement tree: every expression it holds is mapped by `fexpr`
+    (whole expressions, not their parts), then each rebuilt statement by `fstmt` (None keeps it)."""
+    fe = fexpr or (lambda e: e)
+
+    def go(x: Stmt) -> Stmt:
+        y = rebuild(x, fe, go)
+        r = fstmt(y) if fstmt else None
+        return y if r is None else r
+
+    return go(s)
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Every node reachable from `node` (pre-order, expressions inside statements included)."""
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        stack.extend(reversed(list(children(x))))
+
+
+def free_vars(node: Node) -> set[Var]:
+    """Vars used in `node` (loop/let binders included when used; buffers' shapes not)."""
+    return {x for x in walk(node) if isinstance(x, Var)}
+
+
+def uses_var(node: Node, v: Var) -> bool:
+    return any(x is v for x in walk(node))
+
+
+def substitute(node, vmap: dict[Var, PrimExpr]):
+    """`node` (an expression, statement or PrimFunc body) with each Var in `vmap` replaced."""
+    if not vmap:
+        return node
+    if isinstance(node, PrimFunc):
+        return PrimFunc(node.name, node.params, substitute(node.body, vmap), node.attrs)
+
+    def fe(e: PrimExpr) -> PrimExpr:
+        return map_expr(e, lambda x: vmap.get(x) if isinstance(x, Var) else None)
+
+    if isinstance(node, PrimExpr):
+        return fe(node)
+    return map_stmt(node, fe)

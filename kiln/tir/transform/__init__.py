@@ -1,0 +1,21 @@
+"""tir passes (each PrimFunc -> PrimFunc) and the standard lowering pipeline."""
+
+from kiln.tir.stmt import PrimFunc
+from kiln.tir.transform.loop_partition import loop_partition
+from kiln.tir.transform.simplify import simplify
+from kiln.tir.transform.storage_flatten import storage_flatten
+from kiln.tir.transform.unroll import unroll
+from kiln.tir.transform.vectorize import vectorize
+
+# unroll before vectorize: an unrolled loop inside a vectorized one becomes straight-line stores
+LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, simplify)
+
+
+def lower_passes(func: PrimFunc) -> PrimFunc:
+    """Run the standard tir pipeline: the PrimFunc the C backend receives."""
+    for p in LOWER_PIPELINE:
+        func = p(func)
+    return func
+
+
+__all__ = ["LOWER_PIPELINE", "loop_partition", "lower_passes", "simplify", "storage_flatten", "unroll", "vectorize"]

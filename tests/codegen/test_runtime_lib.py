@@ -1,0 +1,136 @@
+"""The C runtime library (kiln_top_k, kiln_unique, kiln_non_zero, kiln_non_max_suppression) against
+the operators' numpy references, through the whole path: op call -> topi ExternOp -> tir -> C."""
+
+import numpy as np
+
+import kiln.topi  # noqa: F401
+from kiln.codegen import build, runtime_lib
+from kiln.codegen.lower_fused import lower_primitive
+from kiln.ir import dtype as dt
+from kiln.ir.expr import Call, Constant, Function, Var, absent
+from kiln.ir.types import SizeVar, TensorType
+from kiln.op import get_op
+from kiln.te.eval import EXTERN_FUNCS
+
+from .conftest import requires_gcc
+
+pytestmark = requires_gcc
+rng = np.random.default_rng(0)
+
+NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+           "bfloat16", "float32", "float64"]
+
+
+def _kernel(name, attrs, arrays, const, symbolic, kname):
+    op = get_op(name)
+    params, args = [], []
+    for k, a in enumerate(arrays):
+        if a is None:
+            args.append(absent())
+        elif k in const:
+            args.append(Constant(a))
+        else:
+            shape = tuple(SizeVar(f"d{ax}") if k == 0 and ax in symbolic else n for ax, n in enumerate(a.shape))
+            params.append(Var(f"x{k}", TensorType(shape, dt.from_numpy(a.dtype))))
+            args.append(params[-1])
+    return lower_primitive(Function(params, Call(op, args, attrs)), kname)
+
+
+def check(cache, *cases):
+    """Compile every case (name, attrs, arrays[, const inputs[, symbolic axes of input 0]]) into one
+    module (gcc runs once) and compare each with the operator's reference."""
+    cases = [tuple(c) + ((),) * (5 - len(c)) for c in cases]
+    kernels = [_kernel(*c, f"kernel{i}") for i, c in enumerate(cases)]
+    mod = build([k.func for k in kernels], "rt", cache=cache)
+    for i, ((name, attrs, arrays, const, _), k) in enumerate(zip(cases, kernels)):
+        ins = [a for j, a in enumerate(arrays) if a is not None and j not in const] + k.constants
+        got = runtime_lib.call(mod.get_function(f"kernel{i}"), ins)
+        ref = get_op(name).reference(attrs, *arrays)
+        where = f"{name} {attrs} {[getattr(a, 'dtype', None) for a in arrays]}"
+        same(got, list(ref) if isinstance(ref, tuple) else [ref], where)
+
+
+def same(got, ref, where=""):
+    assert len(got) == len(ref), where
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype, (where, g.shape, g.dtype, r.shape, r.dtype)
+        np.testing.assert_array_equal(g, r, err_msg=where)
+
+
+def values(shape, dtype, distinct=6):
+    """Few distinct values (so ties happen), NaN and -0.0 among floats."""
+    a = rng.integers(0, distinct, size=shape)
+    if dtype == "bool":
+        return a % 2 == 1
+    out = a.astype(dt.to_numpy(dtype))
+    if dt.is_float(dtype) and out.size > 2 and dtype != "bfloat16":  # ml_dtypes sorts NaN its own way
+        flat = out.reshape(-1)
+        flat[0], flat[-1] = np.nan, -0.0
+    return out
+
+
+def test_top_k_every_dtype(cache):
+    top_k = get_op("tensor.top_k").attrs_type
+    k = np.array([4], np.int64)
+    check(cache, *((("tensor.top_k", top_k(axis=1, largest=lg), [values((3, 9, 2), d), k], (1,)))
+                   for d in NUMERIC for lg in (0, 1)))
+
+
+def test_top_k_data_dependent_k_and_symbolic_batch(cache):
+    x = values((5, 7), "float32")
+    top_k = get_op("tensor.top_k").attrs_type
+    check(cache, *(("tensor.top_k", top_k(axis=axis, largest=1), [x, np.array([k], np.int64)], (), (0,))
+                   for axis in (0, -1) for k in (0, 3, 5)))
+
+
+def test_unique(cache):
+    unique = get_op("tensor.unique").attrs_type
+    flat = [("tensor.unique", unique(axis=None, sorted=s), [values((4, 5), d)])
+            for d in ("float32", "int32", "uint8", "float16", "bool") for s in (0, 1)]
+    x = rng.integers(0, 2, size=(5, 6, 2)).astype(np.int64)
+    x[3] = x[1]  # repeated slices along every axis choice
+    x[:, 4] = x[:, 0]
+    along = [("tensor.unique", unique(axis=a, sorted=s), [x]) for a in (0, 1, -1) for s in (0, 1)]
+    check(cache, *flat, *along)
+
+
+def test_non_zero(cache):
+    edges = [np.zeros((4, 3), np.float32), np.ones((6,), np.int32), np.array(2.0, np.float32),
+             np.zeros((0, 3), np.float32)]
+    check(cache, *(("tensor.non_zero", None, [values((3, 4, 5), d, distinct=3)]) for d in NUMERIC),
+          *(("tensor.non_zero", None, [x]) for x in edges))
+
+
+def _boxes(b, n):
+    corner = rng.random((b, n, 2)).astype(np.float32) * 10
+    size = rng.random((b, n, 2)).astype(np.float32) * 4
+    return np.concatenate([corner, corner + size], axis=-1)
+
+
+def test_non_max_suppression(cache):
+    boxes = _boxes(2, 12)
+    boxes[0, 3] = boxes[0, 1]  # identical boxes
+    scores = rng.random((2, 3, 12)).astype(np.float32)
+    scores[1, 0, 5] = scores[1, 0, 6]  # a tie
+    extra = [np.array([4], np.int64), np.array([0.3], np.float32), np.array([0.2], np.float32)]
+    cases = []
+    for center in (0, 1):
+        attrs = get_op("vision.non_max_suppression").attrs_type(center_point_box=center)
+        cases += [("vision.non_max_suppression", attrs, [boxes, scores, *extra]),
+                  ("vision.non_max_suppression", attrs, [boxes, scores, np.array([20], np.int64)]),
+                  ("vision.non_max_suppression", attrs, [boxes, scores, *extra], (2, 3, 4)),
+                  ("vision.non_max_suppression", attrs, [boxes, scores])]  # no max_output: nothing kept
+    check(cache, *cases)
+
+
+def test_matches_te_eval_extern_table(cache):
+    """The C functions and kiln.te.eval's numpy table agree (same names, same results)."""
+    assert set(runtime_lib.RUNTIME_FUNCS) == set(EXTERN_FUNCS)
+    x = values((6, 5), "float32")
+    k = _kernel("tensor.unique", get_op("tensor.unique").attrs_type(axis=1, sorted=0), [x], (), (), "u")
+    got = runtime_lib.call(build([k.func], "rt", cache=cache).get_function("u"), [x])
+    same(got, list(EXTERN_FUNCS["kiln_unique"]([x], [1, 1, 0])))
+
+
+def test_module_without_runtime_calls_has_no_runtime_source():
+    assert runtime_lib.source([]) == ""

@@ -1,0 +1,33 @@
+"""Traversal helpers: substitution respects binders, rewrites keep sharing."""
+
+from __future__ import annotations
+
+from kiln.tir import expr as E
+from kiln.tir.functor import free_vars, map_expr, substitute, walk
+from tests.tir import nests
+
+
+def test_substitute_expr_and_stmt():
+    i, j = E.Var("i"), E.Var("j")
+    assert substitute(i * 4 + j, {j: E.IntImm(1)}) == i * 4 + E.IntImm(1)
+    f = nests.copy2d()
+    outer = f.body
+    body = substitute(outer.body, {outer.loop_var: E.IntImm(3)})
+    assert outer.loop_var not in free_vars(body)
+    assert body.loop_var is outer.body.loop_var  # binders are not children
+
+
+def test_map_expr_unchanged_is_identity_and_shared_once():
+    i = E.Var("i")
+    shared = i * 2
+    e = shared + shared
+    assert map_expr(e, lambda x: None) is e
+    calls = []
+    map_expr(e, lambda x: calls.append(x) if isinstance(x, E.Mul) else None)
+    assert len(calls) == 1
+
+
+def test_walk_reaches_everything():
+    f = nests.matmul()
+    names = {x.name for x in walk(f.body) if isinstance(x, E.Var)}
+    assert names == {"i", "j", "ko", "ki"}
