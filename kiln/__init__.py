@@ -1,13 +1,16 @@
 """Kiln: a deep-learning compiler and inference runtime.
 
 from_onnx(model) -> IRModule; optimize(mod, opt_level) runs the standard graph passes;
-evaluate(mod, feeds) runs a module with the reference interpreter.
+evaluate(mod, feeds) runs a module with the reference interpreter; build(mod) compiles it;
+InferenceSession(path_or_model) and load(DIR) run compiled models with onnxruntime's API.
 """
 
 from kiln import ir  # noqa: F401
 from kiln.frontend.onnx import from_onnx
 from kiln.runtime.interpreter import evaluate
 from kiln.transform.pipeline import optimize
+from kiln.build import build
+from kiln.session import InferenceSession, load
 
 __version__ = "0.1.0"
-__all__ = ["ir", "from_onnx", "evaluate", "optimize", "__version__"]
+__all__ = ["ir", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load", "__version__"]

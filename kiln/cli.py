@@ -1,4 +1,4 @@
-"""The `kiln` command: run, show, demo.
+"""The `kiln` command: compile, run, bench, show, demo.
 
 User mistakes (bad file, unsupported op, wrong input) print the error message, not a traceback,
 and exit with status 2.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import sys
 import zlib
@@ -84,10 +85,29 @@ def safe_filename(name: str) -> str:
     return clean or "output"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _parse_dims(items: Sequence[str]) -> dict[str, int]:
+    dims = {}
+    for k, v in _parse_kv(items, "--dim").items():
+        if not v.isdigit():
+            raise InputError(f"--dim {k}={v}: the size must be a non-negative integer")
+        dims[k] = int(v)
+    return dims
+
+
+def _runner(args: argparse.Namespace):
+    """(module whose main gives the inputs, output names, feeds -> outputs) for `kiln run`."""
     import kiln
 
+    if os.path.isdir(args.model):
+        sess = kiln.load(args.model)
+        return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     mod = kiln.from_onnx(args.model)
+    run = kiln.build(mod).run if args.executor == "compiled" else functools.partial(kiln.evaluate, mod)
+    return mod, list(mod.output_names), run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    mod, names, run = _runner(args)
     given = {}
     for name, path in _parse_kv(args.input, "--input").items():
         if name not in mod.input_names:
@@ -96,16 +116,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             given[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise InputError(f"--input {name}={path}: cannot read .npy file ({e})") from None
-    dims = {}
-    for k, v in _parse_kv(args.dim, "--dim").items():
-        if not v.isdigit():
-            raise InputError(f"--dim {k}={v}: the size must be a non-negative integer")
-        dims[k] = int(v)
-    feeds = random_feeds(mod, given, dims, args.seed)
-    outs = kiln.evaluate(mod, feeds)
+    feeds = random_feeds(mod, given, _parse_dims(args.dim), args.seed)
+    outs = run(feeds)
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
-    for name, val in zip(mod.output_names, outs):
+    for name, val in zip(names, outs):
         if isinstance(val, list):
             print(f"{name}: sequence of {len(val)} tensors")
             continue
@@ -178,6 +193,41 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    import time
+
+    import kiln
+    from kiln.build import fix_dims
+    from kiln.frontend.onnx import load_model
+
+    t0 = time.perf_counter()
+    model = load_model(args.model)
+    dims = _parse_dims(args.dim)
+    if dims:
+        model = fix_dims(model, dims)
+    print(f"compiling {args.model} (opt_level {args.opt_level})")
+    compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor,
+                          progress=lambda line: print(f"  {line}", flush=True))
+    t1 = time.perf_counter()
+    out = compiled.export(args.output)
+    print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
+    if compiled.host_groups:
+        print(f"{len(compiled.host_groups)} fused group(s) run on the host (fix symbolic dims with --dim to "
+              f"compile more):")
+        for why in compiled.host_groups:
+            print(f"  {why}")
+    print(f"done in {time.perf_counter() - t0:.2f} s: {compiled.executor} executor, "
+          f"{compiled.report.kernels} kernels; run it with `kiln run {out}`")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kiln.bench import bench
+
+    bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from kiln.demo import run_demo
 
@@ -188,14 +238,43 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln: a deep-learning compiler and runtime.")
     sub = p.add_subparsers(dest="command", required=True)
 
+    c = sub.add_parser("compile", help="compile a model into a directory that `kiln run` loads",
+                       description="Import, optimize, lower and compile MODEL.onnx, then save the library, "
+                                   "graph and weights to DIR.")
+    c.add_argument("model", help="path to an .onnx file")
+    c.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the compiled model")
+    c.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
+                   help="graph optimization level (default 2)")
+    c.add_argument("--dim", action="append", metavar="NAME=VALUE", help="fix a symbolic dim to a size")
+    c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
+                   help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
+    c.set_defaults(fn=cmd_compile)
+
     r = sub.add_parser("run", help="run a model on given or random inputs",
-                       description="Run MODEL.onnx and print each output's name, shape, dtype and checksum.")
-    r.add_argument("model", help="path to an .onnx file")
+                       description="Run MODEL.onnx or a compiled DIR and print each output's name, shape, "
+                                   "dtype and checksum.")
+    r.add_argument("model", help="path to an .onnx file, or a directory made by `kiln compile`")
+    r.add_argument("--executor", choices=("interpreter", "compiled"), default="interpreter",
+                   help="for an .onnx file: the reference interpreter (default) or compile it first")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     r.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim for random inputs")
     r.add_argument("--output-dir", metavar="DIR", help="write each output as DIR/NAME.npy")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.set_defaults(fn=cmd_run)
+
+    b = sub.add_parser("bench", help="time Kiln, ONNX Runtime and the interpreter on a model",
+                       description="Time MODEL.onnx on random inputs with Kiln (compiled), ONNX Runtime (if "
+                                   "installed) and the reference interpreter, alternating runs.")
+    b.add_argument("model", help="path to an .onnx file")
+    b.add_argument("--threads", type=int, default=None, help="threads for Kiln and ONNX Runtime "
+                   "(default: all cores)")
+    b.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
+    b.add_argument("--warmup", type=int, default=3, help="untimed runs per engine first (default 3)")
+    b.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim (default 1)")
+    b.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
+                   help="Kiln's graph optimization level (default 2)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    b.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx.")
     s.add_argument("model", help="path to an .onnx file")

@@ -22,8 +22,15 @@ from kiln.ir.visitor import post_order
 from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
+from kiln.tir.transform import lower_passes
 from kiln.topi.registry import compute_call
 from kiln.topi.schedule_generic import schedule_generic
+
+
+# NOTE: kernels keep multi-dim buffers (the C backend computes offsets itself, and the runtime library
+# and the call boundary read shapes from the params); the tir vectorize pass still meets index forms
+# the C backend rejects, so VECTORIZED loops are left to the compiler (`#pragma omp simd`).
+KERNEL_SKIPPED_PASSES = ("storage_flatten", "vectorize")
 
 
 class LoweringError(KilnError):
@@ -34,10 +41,11 @@ class LoweringError(KilnError):
 class Kernel:
     """A compiled-to-be kernel and how to call it from a fused call site."""
 
-    func: PrimFunc
+    func: PrimFunc  # after the tir passes: what the C backend compiles (flat buffers)
     constants: list[np.ndarray]  # passed after the group's parameters, in order
     num_params: int  # tensor parameters of the group
     output_types: list[TensorType]
+    signature: tuple = ()  # the params before flattening: multi-dim buffer shapes, symbolic dims
 
 
 def _dims(t: TensorType, sizes: dict[str, tir.Var]) -> tuple[tir.PrimExpr, ...]:
@@ -114,7 +122,8 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
     outputs = [_materialize(o, params) for o in outputs]
     sched = schedule_generic(outputs)
     func = create_prim_func(sched, name, inputs=params + [t for t, _ in consts])
-    return Kernel(func, [a for _, a in consts], len(params), [_tensor_type(t, name) for t in out_types])
+    return Kernel(lower_passes(func, skip=KERNEL_SKIPPED_PASSES), [a for _, a in consts], len(params),
+                  [_tensor_type(t, name) for t in out_types], func.params)
 
 
 def _materialize(t: Tensor, params: list[Tensor]) -> Tensor:

@@ -49,12 +49,12 @@ class CompiledKernel:
 
     @property
     def scalar_params(self) -> list[E.Var]:
-        return [p for p in self.kernel.func.params if isinstance(p, E.Var)]
+        return [p for p in self.kernel.signature if isinstance(p, E.Var)]
 
 
 def _bindings(k: Kernel) -> list[tuple[int, int]] | None:
     """Where each scalar (symbolic dim) comes from among the inputs; None if one is not an input dim."""
-    params = k.func.params
+    params = k.signature
     n_in = k.num_params + len(k.constants)
     out = []
     for v in (p for p in params if isinstance(p, E.Var)):
@@ -174,7 +174,7 @@ def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> 
         if by_kernel.get(id(k)) is None:
             cf = lib.get_function(k.func.name)
             n_in = k.num_params + len(k.constants)
-            outs = [p for p in k.func.params[n_in:] if isinstance(p, Buffer)]
+            outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
             by_kernel[id(k)] = CompiledKernel(k, cf, _bindings(k), outs)
         compiled[id(fn)] = by_kernel[id(k)]
     return CompiledModule(fused, compiled, host, lib)

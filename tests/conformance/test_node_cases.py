@@ -40,7 +40,7 @@ def run_case(name: str) -> None:
     import kiln.onnx_backend as backend
 
     tc = node_cases()[name]
-    rep = backend.prepare(tc.model, "CPU")
+    rep = backend.prepare(tc.model, "CPU", executor="interpreter")
     for ins, refs in data_sets(tc):
         with np.errstate(all="ignore"):
             outs = rep.run(ins)

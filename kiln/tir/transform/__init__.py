@@ -11,10 +11,12 @@ from kiln.tir.transform.vectorize import vectorize
 LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, simplify)
 
 
-def lower_passes(func: PrimFunc) -> PrimFunc:
-    """Run the standard tir pipeline: the PrimFunc the C backend receives."""
+def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
+    """Run the standard tir pipeline (less the passes named in `skip`): the PrimFunc the C backend
+    receives."""
     for p in LOWER_PIPELINE:
-        func = p(func)
+        if p.__name__ not in skip:
+            func = p(func)
     return func
 
 

@@ -7,7 +7,7 @@ from kiln.tir import expr as E
 from kiln.tir import stmt as S
 from kiln.tir.arith import simplify
 from kiln.tir.expr import lanes_of
-from kiln.tir.functor import map_expr, map_stmt
+from kiln.tir.functor import map_expr, map_stmt, walk
 
 
 def _strides(b: S.Buffer) -> list[E.PrimExpr]:
@@ -58,12 +58,14 @@ def _flat_size(b: S.Buffer) -> E.PrimExpr:
 
 
 def storage_flatten(func: S.PrimFunc) -> S.PrimFunc:
-    """Rewrite every buffer of `func` (parameters and allocations) to one dimension."""
+    """Rewrite every buffer of `func` (parameters and allocations) to one dimension. Buffers handed
+    to runtime-library calls keep their shape: those functions read it from the descriptor."""
     new: dict[S.Buffer, S.Buffer] = {}
+    extern = _extern_buffers(func.body)
 
     def flat(b: S.Buffer) -> S.Buffer:
         if b not in new:
-            keep = len(b.shape) == 1 and b.strides is None
+            keep = (len(b.shape) == 1 and b.strides is None) or b in extern
             new[b] = b if keep else S.Buffer(b.name, (simplify(_flat_size(b)),), b.dtype, None, b.scope)
         return new[b]
 
@@ -81,3 +83,8 @@ def storage_flatten(func: S.PrimFunc) -> S.PrimFunc:
     body = map_stmt(func.body, fexpr, fstmt)
     params = tuple(flat(p) if isinstance(p, S.Buffer) else p for p in func.params)
     return S.PrimFunc(func.name, params, body, func.attrs)
+
+
+def _extern_buffers(body: S.Stmt) -> set[S.Buffer]:
+    """Buffers passed whole to a call (Evaluate(Call(f, buffer, ...)) of the runtime library)."""
+    return {a for x in walk(body) if isinstance(x, E.Call) for a in x.args if isinstance(a, S.Buffer)}

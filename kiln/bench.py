@@ -1,0 +1,107 @@
+"""`kiln bench`: Kiln, ONNX Runtime and the interpreter on the same inputs and thread count.
+
+Runs alternate between engines (one run of each, repeated) so that a machine that speeds up or
+slows down during the benchmark affects all of them alike. Reports median and p90 latency and
+GFLOP/s from the graph's conv/matmul/gemm work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Engine:
+    name: str
+    run: Callable[[], list]
+    times: list[float] = field(default_factory=list)
+
+    def timed(self) -> list:
+        t0 = time.perf_counter()
+        out = self.run()
+        self.times.append(time.perf_counter() - t0)
+        return out
+
+
+def symbolic_dims(model: Any) -> list[str]:
+    """Names of the symbolic dims of the model's inputs, in order of first use."""
+    names: list[str] = []
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param not in names:
+                names.append(d.dim_param)
+    return names
+
+
+def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
+            say: Callable[[str], None]) -> list[Engine]:
+    import kiln
+
+    t0 = time.perf_counter()
+    sess = kiln.InferenceSession(kiln.build(mod, opt_level=opt_level), threads=threads)
+    say(f"kiln: built in {(time.perf_counter() - t0) * 1e3:.0f} ms ({sess.model.executor} executor"
+        + (f", {len(sess.model.host_groups)} group(s) on the host)" if sess.model.host_groups else ")"))
+    out = [Engine(f"kiln ({sess.model.executor})", lambda: sess.run(None, feeds))]
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        say("onnxruntime is not installed: skipped")
+    else:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        ort_sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        out.append(Engine("onnxruntime", lambda: ort_sess.run(None, feeds)))
+    out.append(Engine("interpreter", lambda: kiln.evaluate(mod, feeds)))
+    return out
+
+
+def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
+          seed: int = 0, say: Callable[[str], None] = print) -> list[Engine]:
+    import kiln
+    from kiln.build import fix_dims, flop_count
+    from kiln.cli import random_feeds
+    from kiln.errors import InputError
+    from kiln.frontend.onnx import load_model
+
+    if runs < 1 or warmup < 0:
+        raise InputError(f"--runs must be >= 1 and --warmup >= 0, got {runs} and {warmup}")
+    threads = threads or os.cpu_count() or 1
+    model = load_model(model)
+    dims = dict(dims)
+    for name in symbolic_dims(model):
+        if name not in dims:
+            dims[name] = 1
+            say(f"symbolic dim {name} = 1 (set it with --dim {name}=VALUE)")
+    model = fix_dims(model, dims)
+    mod = kiln.from_onnx(model)
+    feeds = random_feeds(mod, {}, {}, seed)
+    flops = flop_count(mod)
+    say(f"inputs: {', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}; threads {threads}; "
+        f"{runs} runs after {warmup} warmup; {flops / 1e9:.4f} GFLOP per run (conv/matmul/gemm)")
+    eng = engines(model, mod, feeds, threads, opt_level, say)
+    results = [e.run() for e in eng]
+    for _ in range(warmup):
+        for e in eng:
+            e.run()
+    for _ in range(runs):
+        for e in eng:
+            e.timed()
+    ref = results[-1]
+    say(f"{'engine':18s} {'median ms':>10s} {'p90 ms':>10s} {'GFLOP/s':>10s} {'max |diff| vs interpreter':>26s}")
+    for e, res in zip(eng, results):
+        t = np.array(e.times) * 1e3
+        med, p90 = float(np.median(t)), float(np.percentile(t, 90))
+        gflops = f"{flops / (med * 1e-3) / 1e9:10.2f}" if flops and med > 0 else f"{'-':>10s}"
+        say(f"{e.name:18s} {med:10.3f} {p90:10.3f} {gflops} {_max_diff(res, ref):26.2e}")
+    return eng
+
+
+def _max_diff(outs: list, ref: list) -> float:
+    return max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                for a, b in zip(outs, ref) if np.asarray(a).size), default=0.0)

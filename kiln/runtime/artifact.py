@@ -1,0 +1,246 @@
+"""A compiled model on disk: the library, the fused graph as JSON, the weights as .npz.
+
+DIR/model.so is the kernels' library; DIR/model.json holds the fused IR (Kiln's text form, weights
+by reference), each kernel's calling convention, the model's inputs/outputs, the Kiln version, the
+compiler flags, the CPU features it was built for and the sha256 of the other two files;
+DIR/weights.npz holds the weights (no pickle). Loading checks all of that before it trusts the
+library, then rebuilds the executor state: no compiler runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kiln.codegen.c_source import FuncInfo
+from kiln.codegen.compiler import FLAGS
+from kiln.codegen.lower_fused import Kernel
+from kiln.codegen.module import CFunction
+from kiln.errors import KilnError
+from kiln.ir.expr import Function, Tuple
+from kiln.ir.module import IRModule
+from kiln.ir.parser import parse
+from kiln.ir.printer import text_with_params
+from kiln.runtime.executor import CompiledKernel, CompiledModule, _bindings, primitive_functions
+from kiln.runtime.kernel_signature import ArtifactError, decode_signature, encode_params
+from kiln.tir.stmt import Buffer
+
+FORMAT = "kiln-compiled-model"
+FORMAT_VERSION = 1
+LIBRARY, GRAPH, WEIGHTS = "model.so", "model.json", "weights.npz"
+# Instruction-set extensions (as /proc/cpuinfo names them) that -march=native code may use.
+ISA_FEATURES = frozenset(
+    "sse sse2 pni ssse3 sse4_1 sse4_2 popcnt abm movbe aes pclmulqdq avx avx2 fma f16c bmi1 bmi2 adx "
+    "avx512f avx512cd avx512bw avx512dq avx512vl avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni "
+    "avx512_bitalg avx512_vpopcntdq avx512_bf16 avx512_fp16 avx_vnni amx_tile amx_bf16 amx_int8 "
+    "asimd asimdhp sve sve2".split())
+
+
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+    """The ISA extensions this CPU has, or None where the OS does not say."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split()) & ISA_FEATURES
+    return None
+
+
+def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
+             function: Callable[[Kernel], CFunction], library: Any) -> CompiledModule:
+    """The executor state: each Primitive function that has a kernel gets its callable."""
+    compiled: dict[int, CompiledKernel] = {}
+    by_kernel: dict[int, CompiledKernel] = {}
+    for fn in primitive_functions(fused):
+        k = kernel_of.get(id(fn))
+        if k is None:
+            continue
+        if id(k) not in by_kernel:
+            n_in = k.num_params + len(k.constants)
+            outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
+            by_kernel[id(k)] = CompiledKernel(k, function(k), _bindings(k), outs)
+        compiled[id(fn)] = by_kernel[id(k)]
+    return CompiledModule(fused, compiled, host, library)
+
+
+def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any]) -> Path:
+    """Write `cm` to `directory`: everything goes into a sibling temporary directory first, which is
+    renamed into place only when complete, so no failure leaves a partial model behind."""
+    from kiln import __version__
+
+    dest = Path(directory).resolve()
+    if dest.exists() and not (dest / GRAPH).is_file() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ArtifactError(f"{dest} exists and is not a compiled Kiln model; refusing to overwrite it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.tmp-", dir=dest.parent))
+    try:
+        text, params = text_with_params(cm.mod)
+        weights = {f"param{i}": a for i, a in enumerate(params)}
+        kernels = _kernel_records(cm, params, weights)
+        for name, a in weights.items():
+            if a.dtype == object:
+                raise ArtifactError(f"weight {name} has dtype {a.dtype}; only numeric weights can be saved")
+        with open(tmp / WEIGHTS, "wb") as f:
+            np.savez(f, **weights)
+        if cm.library is not None:
+            shutil.copyfile(cm.library.path, tmp / LIBRARY)
+        meta = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
+            **info, "compiler_flags": list(FLAGS), "cpu_features": sorted(cpu_features() or ()),
+            "files": {n: _sha256(tmp / n) for n in (LIBRARY, WEIGHTS) if (tmp / n).exists()},
+            "num_params": len(params), "graph": text, "kernels": kernels,
+            "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
+            "host_groups": list(cm.host_groups),
+        }
+        (tmp / GRAPH).write_text(json.dumps(meta, indent=1))
+        _replace_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _kernel_records(cm: CompiledModule, params: list[np.ndarray], weights: dict[str, np.ndarray]) -> list:
+    by_id = {id(a): f"param{i}" for i, a in enumerate(params)}
+    seen: dict[int, dict] = {}
+    for ck in cm.kernels.values():
+        k = ck.kernel
+        if id(k) in seen:
+            continue
+        consts = []
+        for j, a in enumerate(k.constants):
+            key = by_id.get(id(a))
+            if key is None:
+                key = f"{k.func.name}.const{j}"
+                weights[key] = a
+            consts.append(key)
+        seen[id(k)] = {"name": k.func.name, "symbol": ck.fn.info.symbol, "num_params": k.num_params,
+                       "constants": consts,
+                       "params": encode_params(dataclasses.replace(k.func, params=k.signature))}
+    return list(seen.values())
+
+
+def _kernel_name(cm: CompiledModule, fn: Function) -> str | None:
+    ck = cm.kernels.get(id(fn))
+    return None if ck is None else ck.kernel.func.name
+
+
+def _replace_dir(tmp: Path, dest: Path) -> None:
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        os.replace(tmp, dest)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f"{dest.name}.old-", dir=dest.parent))
+    os.replace(dest, old / "x")
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+    """model.json, after checking it is a compiled Kiln model of this version for this CPU."""
+    from kiln import __version__
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise ArtifactError(f"{d} is not a directory (a compiled model is a directory made by `kiln compile` "
+                            "or model.export)")
+    try:
+        meta = json.loads((d / GRAPH).read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{d} has no {GRAPH}: not a compiled Kiln model, or an incomplete copy") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{d / GRAPH} is corrupt ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ArtifactError(f"{d / GRAPH} is not a compiled Kiln model description")
+    if meta.get("format_version") != FORMAT_VERSION or meta.get("kiln_version") != __version__:
+        raise ArtifactError(f"{d} was compiled by Kiln {meta.get('kiln_version')} (format "
+                            f"{meta.get('format_version')}); this is Kiln {__version__} (format {FORMAT_VERSION}): "
+                            "compile the model again")
+    for name, digest in meta["files"].items():
+        if not (d / name).is_file():
+            raise ArtifactError(f"{d} is missing {name}")
+        if _sha256(d / name) != digest:
+            raise ArtifactError(f"{d / name} is corrupt (its sha256 does not match {GRAPH})")
+    have = cpu_features()
+    lacking = sorted(set(meta["cpu_features"]) - have) if have is not None else []
+    if lacking:
+        raise ArtifactError(f"{d} was compiled for a CPU with {', '.join(lacking)}, which this CPU lacks: "
+                            "compile the model again on this machine")
+    return meta
+
+
+def load(directory: str | os.PathLike) -> tuple[CompiledModule, dict[str, Any]]:
+    """The executor state saved in `directory` (see read_metadata for what is checked)."""
+    d = Path(directory)
+    meta = read_metadata(d)
+    try:
+        with np.load(d / WEIGHTS, allow_pickle=False) as z:
+            weights = {k: z[k] for k in z.files}
+        params = [weights[f"param{i}"] for i in range(meta["num_params"])]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise ArtifactError(f"{d / WEIGHTS} is corrupt or incomplete ({e})") from None
+    try:
+        mod = parse(meta["graph"], params)
+    except KilnError as e:
+        raise ArtifactError(f"{d / GRAPH}: the graph does not parse ({e})") from None
+    lib = LoadedLibrary(d / LIBRARY) if (d / LIBRARY).exists() else None
+    groups = primitive_functions(mod)
+    if len(groups) != len(meta["groups"]):
+        raise ArtifactError(f"{d / GRAPH}: {len(groups)} fused groups in the graph, {len(meta['groups'])} listed")
+    try:
+        kernels = {r["name"]: _kernel(r, weights) for r in meta["kernels"]}
+        kernel_of = {}
+        for fn, name in zip(groups, meta["groups"]):
+            if name is not None:
+                kernel_of[id(fn)] = kernels[name] = _with_outputs(kernels[name], fn)
+        symbols = {r["name"]: r["symbol"] for r in meta["kernels"]}
+        return assemble(mod, kernel_of, meta["host_groups"],
+                        lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib), meta
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ArtifactError(f"{d / GRAPH}: the kernel table is inconsistent ({type(e).__name__}: {e})") from None
+
+
+class LoadedLibrary:
+    """A saved model's library, loaded with ctypes (the `path` and `lib` a CModule has)."""
+
+    def __init__(self, path: Path):
+        self.path = path.resolve()
+        try:
+            self.lib = ctypes.CDLL(str(self.path))
+        except OSError as e:
+            raise ArtifactError(f"{path} cannot be loaded ({e})") from None
+
+
+def _kernel(record: dict[str, Any], weights: dict[str, np.ndarray]) -> Kernel:
+    func = decode_signature(record["name"], record["params"])
+    return Kernel(func, [weights[c] for c in record["constants"]], record["num_params"], [], func.params)
+
+
+def _with_outputs(k: Kernel, fn: Function) -> Kernel:
+    """Output types come from the group, as lower_primitive derives them."""
+    if k.output_types:
+        return k
+    types = list(fn.body.type.fields) if isinstance(fn.body, Tuple) else [fn.body.type]
+    return Kernel(k.func, k.constants, k.num_params, types, k.signature)

@@ -1,0 +1,105 @@
+"""`kiln.InferenceSession` and `kiln.load`: onnxruntime's calling convention over a compiled model.
+
+A session is built from an ONNX model (compiled on the spot) or from a directory written by
+`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` caps the OpenMP
+threads of the kernels; it is set on the calling thread before every run, because OpenMP keeps
+the setting per thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.build import CompiledModel, TensorInfo, build
+from kiln.errors import InputError, KilnError
+
+# onnxruntime's spelling of tensor element types
+_ORT_TYPES = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16",
+              "bfloat16": "bfloat16", "string": "string"}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it: shape dims are ints or symbolic names."""
+
+    name: str
+    shape: list[int | str] | None
+    type: str
+
+
+def _node_arg(t: TensorInfo) -> NodeArg:
+    elem = _ORT_TYPES.get(t.dtype, t.dtype)
+    return NodeArg(t.name, None if t.shape is None else list(t.shape), f"tensor({elem})")
+
+
+class InferenceSession:
+    def __init__(self, path_or_model: Any, opt_level: int = 2, threads: int | None = None, *,
+                 executor: str = "auto"):
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise KilnError(f"threads must be a positive integer, got {threads!r}")
+        if isinstance(path_or_model, CompiledModel):
+            self.model = path_or_model
+        elif isinstance(path_or_model, (str, os.PathLike)) and Path(path_or_model).is_dir():
+            self.model = _load_model(path_or_model)
+        else:
+            self.model = build(path_or_model, opt_level=opt_level, executor=executor)
+        self.threads = threads
+        self._set_threads = _omp_set_num_threads(self.model.library) if threads else None
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [_node_arg(t) for t in self.model.inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_node_arg(t) for t in self.model.outputs]
+
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options: Any = None) -> list:
+        """The outputs named (all, in model order, for None) computed from `feeds` (name -> array)."""
+        names = [o.name for o in self.model.outputs]
+        if output_names is not None:
+            unknown = [n for n in output_names if n not in names]
+            if unknown:
+                raise InputError(f"unknown output name(s) {', '.join(unknown)}; the model's outputs are "
+                                 f"{', '.join(names)}")
+        if self._set_threads is not None:
+            self._set_threads(ctypes.c_int(self.threads))
+        outs = self.model.run(feeds)
+        if output_names is None:
+            return list(outs)
+        return [outs[names.index(n)] for n in output_names]
+
+    def export(self, directory: str | os.PathLike) -> Path:
+        return self.model.export(directory)
+
+
+def _omp_set_num_threads(library: Any) -> Any:
+    """omp_set_num_threads of the OpenMP runtime the kernels use (the library's own libgomp, or the
+    process's when the linker dropped it); None without kernels or OpenMP."""
+    if library is None:
+        return None
+    fn = getattr(library.lib, "omp_set_num_threads", None)
+    if fn is None:
+        name = ctypes.util.find_library("gomp")
+        fn = getattr(ctypes.CDLL(name), "omp_set_num_threads", None) if name else None
+    return fn
+
+
+def _load_model(directory: str | os.PathLike) -> CompiledModel:
+    from kiln.runtime import artifact
+
+    cm, meta = artifact.load(directory)
+    return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2))
+
+
+def load(directory: str | os.PathLike, threads: int | None = None) -> InferenceSession:
+    """A session over a model compiled and saved earlier; no compiler runs."""
+    if not Path(directory).is_dir():
+        from kiln.runtime.artifact import ArtifactError
+
+        raise ArtifactError(f"{directory} is not a directory made by `kiln compile` or model.export")
+    return InferenceSession(directory, threads=threads)

@@ -1,0 +1,106 @@
+"""The ONNX node conformance cases through the compiled executor (fused groups as C kernels).
+
+A case is expected to fail here if the interpreter's suite expects it to (expected_failures.txt)
+or if compiled_expected_failures.txt lists it (`name: reason`); both are strict. The full sweep is
+slow (one gcc run per case); the fast suite samples every SAMPLE-th case. Run this file as a
+script for the sweep's summary: pass rate and how many cases ran any fused group on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conformance.cases import assert_similar, data_sets, node_cases
+from tests.conformance.test_node_cases import expected_failures
+
+HERE = os.path.dirname(__file__)
+SAMPLE = 10
+
+
+def compiled_expected_failures() -> dict[str, str]:
+    out = {}
+    with open(os.path.join(HERE, "compiled_expected_failures.txt")) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                name, _, reason = line.partition(":")
+                out[name.strip()] = reason.strip()
+    return out
+
+
+XFAIL = {**expected_failures(), **compiled_expected_failures()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    """Compile into a cache of this test session, never the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
+        yield
+
+
+def run_case(name: str) -> list[str]:
+    """Build the case's model with the compiled executor, check every data set; returns host_groups."""
+    from kiln.frontend.onnx import from_onnx
+    from kiln.runtime.executor import build
+
+    tc = node_cases()[name]
+    mod = from_onnx(tc.model)
+    cm = build(mod)
+    for ins, refs in data_sets(tc):
+        feeds = dict(zip(mod.input_names, ins))
+        with np.errstate(all="ignore"):
+            outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in cm.run(feeds)]
+        assert_similar(refs, outs, tc.rtol, tc.atol)
+    return cm.host_groups
+
+
+def _params(every: int) -> list:
+    return [pytest.param(name, marks=[pytest.mark.xfail(reason=XFAIL[name], strict=True)] if name in XFAIL else [],
+                         id=name) for name in sorted(node_cases())[::every]]
+
+
+@pytest.mark.parametrize("name", _params(SAMPLE))
+def test_compiled_case_sampled(name: str) -> None:
+    run_case(name)
+
+
+@pytest.mark.slow
+@pytest.mark.conformance
+@pytest.mark.parametrize("name", _params(1))
+def test_compiled_case(name: str) -> None:
+    run_case(name)
+
+
+def test_compiled_expected_failures_name_real_cases() -> None:
+    listed = compiled_expected_failures()
+    unknown = sorted(set(listed) - set(node_cases()))
+    assert not unknown, f"compiled_expected_failures.txt names cases that do not exist: {unknown[:10]}"
+    both = sorted(set(listed) & set(expected_failures()))
+    assert not both, f"already expected to fail by expected_failures.txt: {both[:10]}"
+
+
+def sweep(names: list[str]) -> None:
+    """Print the pass rate and the cases that ran any group on the host."""
+    passed, failed, host = 0, [], []
+    for name in names:
+        try:
+            groups = run_case(name)
+        except Exception as err:  # a sweep reports every failure and goes on
+            failed.append(f"{name}: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}")
+            continue
+        passed += 1
+        if groups:
+            host.append(f"{name}: {groups[0][:200]}")
+    print("\n".join(["FAILED"] + failed + ["HOST"] + host))
+    print(f"{passed}/{len(names)} passed ({100 * passed / max(len(names), 1):.1f}%), "
+          f"{len(host)} passing cases ran a group on the host")
+
+
+if __name__ == "__main__":
+    all_names = sorted(node_cases())
+    sweep(all_names[int(sys.argv[1])::int(sys.argv[2])] if len(sys.argv) > 2 else all_names)

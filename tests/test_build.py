@@ -1,0 +1,76 @@
+"""kiln.build: executor choice, agreement with the interpreter, the build report, the ONNX backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.onnx_backend as backend
+from kiln.build import fix_dims, flop_count, is_static
+from kiln.errors import KilnError
+from kiln.models import small_cnn
+
+
+def _image(batch: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    mod = kiln.from_onnx(small_cnn())
+    return lambda x: kiln.evaluate(mod, {"image": x})[0]
+
+
+def test_static_model_builds_aot_and_matches_interpreter(reference):
+    lines: list[str] = []
+    m = kiln.build(small_cnn(batch=2), progress=lines.append)
+    assert m.executor == "aot" and m.host_groups == []
+    assert [s for s, _, _ in m.report.stages] == ["import", "passes", "lower", "compile"]
+    assert len(lines) == 4 and m.report.kernels > 0 and m.report.compiled + m.report.cached == 1
+    x = _image(2)
+    np.testing.assert_allclose(m.run({"image": x})[0], reference(x), rtol=1e-4, atol=1e-6)
+
+
+def test_symbolic_batch_uses_the_graph_executor_for_every_size(reference):
+    m = kiln.build(kiln.from_onnx(small_cnn()))
+    assert m.executor == "graph"
+    assert m.inputs[0].shape == ("N", 3, 32, 32) and m.outputs[0].shape == ("N", 10)
+    for batch in (1, 3):
+        x = _image(batch, batch)
+        np.testing.assert_allclose(m.run({"image": x})[0], reference(x), rtol=1e-4, atol=1e-6)
+
+
+def test_executor_can_be_forced(reference):
+    m = kiln.build(small_cnn(batch=1), executor="graph")
+    assert m.executor == "graph"
+    x = _image(1)
+    np.testing.assert_allclose(m.run({"image": x})[0], reference(x), rtol=1e-4, atol=1e-6)
+    with pytest.raises(KilnError, match="static shapes|dynamic shape"):
+        kiln.build(small_cnn(), executor="aot")
+
+
+@pytest.mark.parametrize("kw, needle", [({"target": "cuda"}, "target 'cuda'"), ({"executor": "vm"}, "executor 'vm'")])
+def test_bad_options_name_what_was_wrong(kw, needle):
+    with pytest.raises(KilnError, match=needle):
+        kiln.build(small_cnn(), **kw)
+
+
+def test_fix_dims_and_flop_count():
+    fixed = fix_dims(small_cnn(), {"N": 1})
+    mod = kiln.from_onnx(fixed)
+    assert is_static(mod) and not is_static(kiln.from_onnx(small_cnn()))
+    # MACs: stem 16*32*32*27 + two 16*32*32*144 convs + 32*16*16*144 + fc 10*32; 2 FLOPs each
+    assert flop_count(mod) == 2 * (16 * 1024 * 27 + 2 * 16 * 1024 * 144 + 32 * 256 * 144 + 320)
+    with pytest.raises(KilnError, match="no symbolic dim named B"):
+        fix_dims(small_cnn(), {"B": 1})
+
+
+def test_onnx_backend_compiles_by_default_and_keeps_the_interpreter():
+    model, x = small_cnn(batch=1), _image(1)
+    compiled = backend.prepare(model)
+    interpreted = backend.prepare(model, "CPU", executor="interpreter")
+    assert compiled.compiled is not None and interpreted.compiled is None
+    np.testing.assert_allclose(compiled.run([x])[0], interpreted.run({"image": x})[0], rtol=1e-4, atol=1e-6)
+    with pytest.raises(KilnError, match="executor 'jit'"):
+        backend.prepare(model, executor="jit")
