@@ -14,10 +14,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+check-tools:
+	@command -v gcc >/dev/null 2>&1 || { echo "kiln needs a C compiler (gcc) to compile models: install it, e.g. 'apt-get install gcc'"; exit 1; }
+
+demo: check-tools $(STAMP)
 	$(VENV)/bin/kiln demo
 
-test: $(STAMP)
+test: check-tools $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS) -p no:cacheprovider
 
 # long suites: slow models and sweeps
