@@ -24,7 +24,8 @@ from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
 from kiln.tir.transform import lower_passes
 from kiln.topi.registry import compute_call
-from kiln.topi.schedule_generic import schedule_generic
+from kiln.op.registry import COMM_REDUCE, OUT_EWISE_FUSABLE
+from kiln.topi.schedule_dispatch import schedule_group
 
 
 # NOTE: kernels keep multi-dim buffers (the C backend computes offsets itself, and the runtime library
@@ -120,10 +121,18 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
     outputs = list(result) if isinstance(result, tuple) else [result]
     out_types = list(fn.body.type.fields) if isinstance(fn.body.type, TupleType) else [fn.body.type]
     outputs = [_materialize(o, params) for o in outputs]
-    sched = schedule_generic(outputs)
+    sched = schedule_group(outputs, _anchor(fn))
     func = create_prim_func(sched, name, inputs=params + [t for t, _ in consts])
     return Kernel(lower_passes(func, skip=KERNEL_SKIPPED_PASSES), [a for _, a in consts], len(params),
                   [_tensor_type(t, name) for t in out_types], func.params)
+
+
+def _anchor(fn: Function) -> str | None:
+    """The operator the group is built around (FuseOps puts at most one such call in a group)."""
+    for e in post_order(fn.body):
+        if isinstance(e, Call) and getattr(e.op, "pattern", None) in (OUT_EWISE_FUSABLE, COMM_REDUCE):
+            return e.op.name
+    return None
 
 
 def _materialize(t: Tensor, params: list[Tensor]) -> Tensor:
