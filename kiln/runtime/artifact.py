@@ -73,7 +73,7 @@ def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
         if id(k) not in by_kernel:
             n_in = k.num_params + len(k.constants)
             outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
-            by_kernel[id(k)] = CompiledKernel(k, function(k), _bindings(k), outs)
+            by_kernel[id(k)] = CompiledKernel(k, function(k), _bindings(k), outs, fn)
         compiled[id(fn)] = by_kernel[id(k)]
     return CompiledModule(fused, compiled, host, library)
 

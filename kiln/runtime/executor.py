@@ -4,8 +4,10 @@
 kernel and compiles them all into one library. The executor walks `main` like the interpreter
 (control flow, tuples and host-only values stay in Python) but runs each fused call through its
 kernel, binding symbolic dims from the actual argument shapes: one kernel serves every size.
-A group that cannot be compiled (an operator without a compute, a data-dependent output shape)
-runs on the reference implementations instead and is reported in `host_groups`.
+Sizes that depend on argument values come from the group's type relations (shape_eval); sizes
+only the kernel knows (unique, non-zero, NMS) follow runtime_lib's contract. A group that cannot
+be compiled (an operator without a compute) runs on the reference implementations instead and is
+reported in `host_groups`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.codegen import runtime_lib
 from kiln.codegen.lower_fused import Kernel, LoweringError, lower_primitive
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KilnError
@@ -25,23 +28,33 @@ from kiln.ir.module import IRModule
 from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
 from kiln.runtime.interpreter import Interpreter, Scope, check_input
+from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
-from kiln.tir.stmt import Buffer
+from kiln.tir.functor import free_vars, walk
+from kiln.tir.stmt import Buffer, For, LetStmt
 from kiln.transform import PassContext
 from kiln.transform.pipeline import optimize
+
+
+Binding = tuple[str, int, int] | None  # ("in" | "out", which, axis); None: set by the kernel itself
 
 
 @dataclass
 class CompiledKernel:
     kernel: Kernel
     fn: CFunction
-    bindings: list[tuple[int, int]]  # per scalar param: (input index, axis) its value comes from
+    bindings: list[Binding]  # per scalar param: the input or output dim its value is
     outputs: list[Buffer]
+    group: Function  # the Primitive function, to find value-dependent output shapes (shape_eval)
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
         # NOTE: not np.ascontiguousarray, which turns a 0-d array into a 1-d one
         ins = [np.asarray(a, order="C") for a in args] + self.kernel.constants
-        scalars = [int(ins[i].shape[axis]) for i, axis in self.bindings]
+        if None in self.bindings:
+            return runtime_lib.call(self.fn, ins)
+        shapes = output_shapes(self.group, ins[:self.kernel.num_params]) \
+            if any(src == "out" for src, _, _ in self.bindings) else []
+        scalars = [int((ins[i].shape if src == "in" else shapes[i])[ax]) for src, i, ax in self.bindings]
         bound = {v: n for v, n in zip(self.scalar_params, scalars)}
         outs = [np.empty(tuple(_eval(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
         self.fn(*ins, *outs, *scalars)
@@ -52,17 +65,33 @@ class CompiledKernel:
         return [p for p in self.kernel.signature if isinstance(p, E.Var)]
 
 
-def _bindings(k: Kernel) -> list[tuple[int, int]] | None:
-    """Where each scalar (symbolic dim) comes from among the inputs; None if one is not an input dim."""
+def _bindings(k: Kernel) -> list[Binding] | None:
+    """Where each scalar (symbolic dim) comes from: an input dim; a size the kernel sets itself
+    (runtime_lib.data_dependent_vars); else a bare output dim that shape_eval finds from the
+    argument values. None when some scalar is none of these."""
     params = k.signature
     n_in = k.num_params + len(k.constants)
-    out = []
+    set_by_kernel = set(runtime_lib.data_dependent_vars(k.func))
+    outs = [b for b in params[n_in:] if isinstance(b, Buffer)]
+    out: list[Binding] = []
     for v in (p for p in params if isinstance(p, E.Var)):
-        found = next(((i, ax) for i, b in enumerate(params[:n_in]) for ax, d in enumerate(b.shape) if d is v), None)
-        if found is None:
+        found = next((("in", i, ax) for i, b in enumerate(params[:n_in]) for ax, d in enumerate(b.shape)
+                      if d is v), None)
+        if found is None and not set_by_kernel:
+            found = next((("out", i, ax) for i, b in enumerate(outs) for ax, d in enumerate(b.shape) if d is v), None)
+        if found is None and v not in set_by_kernel:
             return None
         out.append(found)
     return out
+
+
+def _unbound(k: Kernel) -> bool:
+    """Whether the kernel reads a size that is none of its parameters (an intermediate's
+    value-dependent dim, which no output shape reveals)."""
+    body = k.func.body
+    bound = {p for p in k.func.params if isinstance(p, E.Var)}
+    bound |= {x.loop_var if isinstance(x, For) else x.var for x in walk(body) if isinstance(x, (For, LetStmt, E.Let))}
+    return bool(free_vars(body) - bound)
 
 
 @dataclass
@@ -151,8 +180,9 @@ def lower_groups(fused: IRModule) -> tuple[list[Kernel], dict[int, Kernel], list
         except (LoweringError, KilnError) as err:
             host.append(str(err))
             continue
-        if _bindings(k) is None:
-            host.append(f"{k.func.name}: an output size is not known from the input sizes (data-dependent)")
+        if _bindings(k) is None or _unbound(k):
+            host.append(f"{k.func.name}: a size inside the group is known from neither the input sizes nor the "
+                        f"output shapes")
             continue
         lowered.append(k)
         by_hash.setdefault(structural_hash(fn), []).append((fn, k))
@@ -175,6 +205,6 @@ def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> 
             cf = lib.get_function(k.func.name)
             n_in = k.num_params + len(k.constants)
             outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
-            by_kernel[id(k)] = CompiledKernel(k, cf, _bindings(k), outs)
+            by_kernel[id(k)] = CompiledKernel(k, cf, _bindings(k), outs, fn)
         compiled[id(fn)] = by_kernel[id(k)]
     return CompiledModule(fused, compiled, host, lib)

@@ -6,13 +6,16 @@ runtime function binds.
 
 from __future__ import annotations
 
+import math
+
 from kiln import te, tir
 from kiln.te.tensor import ExternOp
 from kiln.topi.registry import out_dims, register_compute, tensor_type
 
 
-def extern(name: str, func: str, inputs, out_type, n_out: int, scalars=()) -> tuple[te.Tensor, ...]:
-    shapes = tuple(out_dims(out_type, inputs, k) for k in range(n_out))
+def extern(name: str, func: str, inputs, out_type, n_out: int, scalars=(), known=None) -> tuple[te.Tensor, ...]:
+    """`known` maps an output to its shape when the type leaves it open but the input shapes fix it."""
+    shapes = tuple((known or {}).get(k) or out_dims(out_type, inputs, k) for k in range(n_out))
     dtypes = tuple(tensor_type(out_type, k).dtype for k in range(n_out))
     op = ExternOp(name, tuple(inputs), shapes, dtypes, func, tuple(tir.const(s) for s in scalars))
     return tuple(op.output(k) for k in range(n_out))
@@ -33,7 +36,9 @@ def _top_k(attrs, inputs, out_type, consts):
 def _unique(attrs, inputs, out_type, consts):
     x = inputs[0]
     axis = 0 if attrs.axis is None else attrs.axis % x.ndim
-    return extern("unique", "kiln_unique", inputs[:1], out_type, 4, (axis, attrs.axis is not None, attrs.sorted))
+    n = x.shape[axis] if attrs.axis is not None else math.prod(x.shape[1:], start=x.shape[0]) if x.ndim else 1
+    return extern("unique", "kiln_unique", inputs[:1], out_type, 4, (axis, attrs.axis is not None, attrs.sorted),
+                  known={2: (tir.const(n) if isinstance(n, int) else n,)})  # inverse indices: one per element
 
 
 @register_compute("tensor.non_zero")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kiln.errors import KilnError
 from kiln.ir.expr import Call, Constant, Expr, Function, If, Op, Tuple, TupleGetItem, Var, children
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
@@ -284,23 +285,56 @@ def _fused_call(members: list[_Node], memo: dict[int, Expr]) -> Expr:
     local: dict[int, Expr] = {}
     body_of: dict[int, Expr] = {}
     for m in members:
+        if _field_of_outside_tuple(m.expr, ids):  # pass the field, not the whole tuple
+            body_of[id(m.expr)] = _param(m.expr, params, args, local, memo)
+            continue
+        inline = _type_deciding(m.expr)
         new_kids = []
         for c in children(m.expr):
             if id(c) in ids:
                 new_kids.append(body_of[id(c)])
-            elif _inline_constant(c) or isinstance(c, Function) or (isinstance(c, Tuple) and not c.fields):
+            elif _inline_constant(c) or id(c) in inline or isinstance(c, Function) \
+                    or (isinstance(c, Tuple) and not c.fields):
                 new_kids.append(c)
             else:
-                if id(c) not in local:
-                    p = Var(f"p{len(params)}", memo[id(c)].type)
-                    params.append(p)
-                    args.append(memo[id(c)])
-                    local[id(c)] = p
-                new_kids.append(local[id(c)])
+                new_kids.append(_param(c, params, args, local, memo))
         body_of[id(m.expr)] = with_children(m.expr, tuple(new_kids))
     fn = Function(tuple(params), body_of[id(members[-1].expr)], {"Primitive": 1})
     name = members[-1].expr.name if isinstance(members[-1].expr, Call) else ""
     return Call(fn, tuple(args), None, name)
+
+
+def _param(c: Expr, params: list[Var], args: list[Expr], local: dict[int, Expr], memo: dict[int, Expr]) -> Var:
+    """The group parameter standing for outside value `c` (one per value)."""
+    if id(c) not in local:
+        local[id(c)] = Var(f"p{len(params)}", memo[id(c)].type)
+        params.append(local[id(c)])
+        args.append(memo[id(c)])
+    return local[id(c)]
+
+
+def _field_of_outside_tuple(e: Expr, ids: set[int]) -> bool:
+    """A field of a tuple made outside the group: kernels and AOT take tensors, not tuples."""
+    return isinstance(e, TupleGetItem) and id(e.tuple_value) not in ids
+
+
+def _type_deciding(e: Expr) -> set[int]:
+    """The constant arguments of call `e` to keep inline: all its small ones when the call's type
+    depends on the value of any (Resize scales decide the output shape, and its roi travels with
+    them); a parameter would make the type dynamic and the group uncompilable."""
+    if not isinstance(e, Call) or not isinstance(e.op, Op):
+        return set()
+    small = [k for k, a in enumerate(e.args) if isinstance(a, Constant) and not _inline_constant(a)
+             and a.data.size <= INLINE_INDEX_ELEMENTS]
+    for k in small:
+        hidden = e.args[:k] + (Var("hidden", e.args[k].type),) + e.args[k + 1:]
+        try:
+            same = e.op.infer_type(hidden, e.attrs) == e.type
+        except KilnError:
+            same = False
+        if not same:
+            return {id(e.args[j]) for j in small}
+    return set()
 
 
 @function_pass("fuse-ops", opt_level=1)

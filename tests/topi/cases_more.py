@@ -1,5 +1,5 @@
 """Registry-test cases for the computes of resize, einsum, linear (de)quantization,
-center_crop_pad and tensor_scatter (deeper variants live in test_more_computes.py)."""
+center_crop_pad, tensor_scatter and attention (deeper variants live in test_more_computes.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def _cases():
         "tensor.center_crop_pad": lambda rng: [(A("tensor.center_crop_pad"), [f(rng, 5, 4), i64(3, 7)], (1,))],
         "tensor.tensor_scatter": lambda rng: [
             (A("tensor.tensor_scatter", axis=1), [f(rng, 2, 7, 3), f(rng, 2, 2, 3), i64(1, 5)], ())],
+        "nn.attention": lambda rng: [  # deeper variants: tests/runtime/test_dynamic_groups.py
+            (A("nn.attention", is_causal=1), [f(rng, 1, 4, 3, 5), f(rng, 1, 2, 4, 5), f(rng, 1, 2, 4, 6)], ()),
+            (A("nn.attention", q_num_heads=2, kv_num_heads=2, qk_matmul_output_mode=3),
+             [f(rng, 2, 3, 8), f(rng, 2, 4, 8), f(rng, 2, 4, 6), f(rng, 3, 4)], ())],
     }
 
 
