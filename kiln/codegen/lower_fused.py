@@ -19,6 +19,7 @@ from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.types import ANY, TensorType, TupleType
 from kiln.ir.visitor import post_order
+from kiln.op.registry import Pattern
 from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
@@ -68,6 +69,10 @@ def _tensor_type(t, where: str) -> TensorType:
     return t
 
 
+def _has_unknown_dim(t) -> bool:
+    return isinstance(t, TensorType) and t.shape is not None and any(d == ANY for d in t.shape)
+
+
 def _constant_tensor(c: Constant, consts: list[tuple[Tensor, np.ndarray]]) -> Tensor:
     """Scalars become immediates inside the kernel; other constants become buffer arguments."""
     data = c.data
@@ -77,7 +82,7 @@ def _constant_tensor(c: Constant, consts: list[tuple[Tensor, np.ndarray]]) -> Te
         imm = tir.const(value, dtype) if dtype != "bool" else tir.IntImm(int(value), "bool")
         return compute(data.shape, lambda *i: imm, name="const")
     t = placeholder(data.shape, _dtype(data), name=f"const{len(consts)}")
-    consts.append((t, np.ascontiguousarray(data)))
+    consts.append((t, np.asarray(data, order="C")))  # ascontiguousarray would make 0-d 1-d
     return t
 
 
@@ -102,6 +107,9 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
         if isinstance(e, Constant):
             env[id(e)] = _constant_tensor(e, consts)
         elif isinstance(e, Call) and isinstance(e.op, Op):
+            if e.op.pattern != Pattern.ELEMWISE and any(_has_unknown_dim(a.type) for a in e.args):
+                raise LoweringError(f"{name}: {e.op.name} on dims only known at run time (which of them "
+                                    f"broadcast is decided by the data)")
             ins = [None if is_absent(a) else env[id(a)] for a in e.args]
             cvals = [a.data if isinstance(a, Constant) else None for a in e.args]
             try:

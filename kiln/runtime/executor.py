@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
-from kiln.codegen.lower_fused import Kernel, LoweringError, lower_primitive
+from kiln.codegen.c_source import generate
+from kiln.codegen.lower_fused import Kernel, lower_primitive
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KilnError
 from kiln.ir.dtype import to_numpy
@@ -170,15 +171,19 @@ def lower_groups(fused: IRModule) -> tuple[list[Kernel], dict[int, Kernel], list
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
     alias: dict[int, Kernel] = {}
-    for fn in primitive_functions(fused):
+    for n, fn in enumerate(primitive_functions(fused)):
         same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
         if same is not None:
             alias[id(fn)] = same
             continue
         try:
-            k = lower_primitive(fn, f"fused_{len(lowered)}")
-        except (LoweringError, KilnError) as err:
+            k = lower_primitive(fn, f"fused_{n}")
+            generate([k.func])  # NOTE: a group the C backend cannot spell must not sink the whole library
+        except KilnError as err:
             host.append(str(err))
+            continue
+        except Exception as err:  # a lowering bug: keep the model running (on the host) and say so
+            host.append(f"fused_{n}: lowering failed ({type(err).__name__}: {err})")
             continue
         if _bindings(k) is None or _unbound(k):
             host.append(f"{k.func.name}: a size inside the group is known from neither the input sizes nor the "

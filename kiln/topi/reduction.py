@@ -138,10 +138,9 @@ def arg_reduce(x: te.Tensor, axis: int, keepdims: bool, reducer: CommReducer, na
 
     def body(load, ks, kidx):
         k = ks[0]
-        idx, _ = reducer((k.var, tir.cast(w, load([k.var]))), ks)
-        return idx
+        return reducer((k.var, tir.cast(w, load([k.var]))), ks)  # both results: lowering needs the pair
 
-    return reduce_compute(x, (axis,), keepdims, body, name)
+    return reduce_compute(x, (axis,), keepdims, body, name)[0]
 
 
 def _arg(largest: bool):
@@ -242,9 +241,9 @@ def _hardmax(attrs, inputs, out_type, consts):
 
     def body(load, ks, kidx):
         vs = [k.var for k in ks]
-        return ARGMAX((flat(vs), tir.cast(w, load(vs))), ks)[0]
+        return ARGMAX((flat(vs), tir.cast(w, load(vs))), ks)
 
-    best = reduce_compute(x, axes, True, body, "hardmax_arg")
+    best = reduce_compute(x, axes, True, body, "hardmax_arg")[0]
     one, zero = tir.const(1, x.dtype), tir.const(0, x.dtype)
     return te.compute(x.shape, lambda *i: select(tir.eq(flat([i[a] for a in axes]), _stat(best, i, axes)), one, zero),
                       name="hardmax")
