@@ -4,3 +4,4 @@ from kiln.topi.registry import ComputeError, compute_call, get_compute, register
 from kiln.topi import (broadcast, elemwise, extern, injective, linalg, nn, norm, reduction,  # noqa: F401,E402
                        scatter)
 from kiln.topi import attention, crop_scatter, einsum, quant, resize  # noqa: F401,E402
+from kiln.topi import loss  # noqa: F401,E402

@@ -176,3 +176,6 @@ CASES.update(TENSOR_CASES())
 from tests.topi.cases_more import MORE_CASES  # noqa: E402
 
 CASES.update(MORE_CASES())
+from tests.topi.cases_loss import LOSS_CASES  # noqa: E402
+
+CASES.update(LOSS_CASES())
