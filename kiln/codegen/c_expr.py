@@ -15,8 +15,8 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.codegen import intrinsics
-from kiln.codegen.c_types import (HELPER_SUFFIX, LOAD_CONVERT, NARROW_INTS, UNSIGNED_INTS, CodegenError,
-                                  ModuleDecls, is_float_value, scalar_ctype)
+from kiln.codegen.c_types import (HELPER_SUFFIX, LOAD_CONVERT, NARROW_INTS, ROUND_HELPER, SMALL_FLOAT_SUFFIX,
+                                  UNSIGNED_INTS, CodegenError, ModuleDecls, is_float_value, scalar_ctype)
 from kiln.codegen.names import NameScope
 from kiln.codegen.offsets import flat_offset, is_const
 from kiln.ir.dtype import to_numpy
@@ -147,7 +147,7 @@ def int_literal(v: int, dtype: str) -> str:
 
 def float_literal(v: float, dtype: str) -> str:
     ct, elem = scalar_ctype(dtype), elem_of(dtype)
-    if elem in ("float16", "bfloat16"):  # the value the dtype can hold
+    if elem in ROUND_HELPER:  # the value the dtype can hold
         v = float(np.asarray(v, dtype=to_numpy(elem)))
     if v != v:
         return f"(({ct})NAN)"
@@ -230,9 +230,20 @@ def _cast(p, e, a):
     src, dst = elem_of(e.value.dtype), elem_of(e.dtype)
     if dst == "bool":
         return f"({a[0]} != 0)"
-    if dst in ("float16", "bfloat16"):
-        return a[0] if src == dst else f"kiln_round_{'f16' if dst == 'float16' else 'bf16'}((float){a[0]})"
+    if dst in ROUND_HELPER:
+        return a[0] if src == dst else f"{ROUND_HELPER[dst]}((float){a[0]})"
     return f"(({scalar_ctype(dst)}){a[0]})"
+
+
+def _call(p, e, a):
+    """Intrinsics; a reinterpret to or from float8/float4 (values are floats) goes through its byte."""
+    if e.name == "reinterpret" and lanes_of(e.dtype) == 1:
+        src, dst = elem_of(e.args[0].dtype), elem_of(e.dtype)
+        if dst in SMALL_FLOAT_SUFFIX:
+            return f"kiln_{SMALL_FLOAT_SUFFIX[dst]}_to_f32((uint8_t){a[0]})"
+        if src in SMALL_FLOAT_SUFFIX:
+            return f"(({scalar_ctype(dst)})kiln_f32_to_{SMALL_FLOAT_SUFFIX[src]}({a[0]}))"
+    return intrinsics.spell(p, e, a)
 
 
 SCALAR_RULES: dict[type, Callable[[ExprPrinter, E.PrimExpr, list[str]], str]] = {
@@ -243,7 +254,7 @@ SCALAR_RULES: dict[type, Callable[[ExprPrinter, E.PrimExpr, list[str]], str]] = 
     E.And: infix("&&"), E.Or: infix("||"), E.Not: lambda p, e, a: f"(!{a[0]})",
     E.Select: lambda p, e, a: f"({a[0]} ? {a[1]} : {a[2]})",
     E.Cast: _cast,
-    E.Call: lambda p, e, a: intrinsics.spell(p, e, a),
+    E.Call: _call,
 }
 
 _always = lambda e: True

@@ -1,7 +1,8 @@
 """C types of tir dtypes, and the module-wide declarations expressions need (vector typedefs, externs).
 
 Values are computed in VALUE_CTYPE and stored in STORAGE_CTYPE: float16/bfloat16 live in memory as
-uint16_t and are computed as float (rounded at casts and stores), bool is a 0/1 uint8_t.
+uint16_t and are computed as float (rounded at casts and stores), float8/float4 likewise as uint8_t
+(float4_e2m1fn one value per byte, as numpy lays it out), bool is a 0/1 uint8_t.
 """
 
 from __future__ import annotations
@@ -17,15 +18,25 @@ VALUE_CTYPE = {
     "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
     "float16": "float", "bfloat16": "float", "float32": "float", "float64": "double",
 }
-STORAGE_CTYPE = {**VALUE_CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t"}
+# float8/float4 dtype -> the suffix of its kiln_runtime.h helpers (kiln_f32_to_f8e5m2, kiln_round_f8e5m2, ...)
+SMALL_FLOAT_SUFFIX = {"float8_e4m3fn": "f8e4m3fn", "float8_e4m3fnuz": "f8e4m3fnuz", "float8_e5m2": "f8e5m2",
+                      "float8_e5m2fnuz": "f8e5m2fnuz", "float8_e8m0fnu": "f8e8m0fnu", "float4_e2m1fn": "f4e2m1fn"}
+VALUE_CTYPE.update(dict.fromkeys(SMALL_FLOAT_SUFFIX, "float"))
+STORAGE_CTYPE = {**VALUE_CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t",
+                 **dict.fromkeys(SMALL_FLOAT_SUFFIX, "uint8_t")}
 SIZEOF = {"uint8_t": 1, "int8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "float": 4,
           "int64_t": 8, "uint64_t": 8, "double": 8}
 # the suffix of runtime helpers (kiln_min_i32, kiln_floordiv_i64, ...) for a value type
 HELPER_SUFFIX = {"uint8_t": "u8", "int8_t": "i8", "int16_t": "i16", "uint16_t": "u16", "int32_t": "i32",
                  "uint32_t": "u32", "int64_t": "i64", "uint64_t": "u64", "float": "f32", "double": "f64"}
-# float16/bfloat16 loads and stores convert between storage and value
-LOAD_CONVERT = {"float16": "kiln_f16_to_f32", "bfloat16": "kiln_bf16_to_f32"}
-STORE_CONVERT = {"float16": "kiln_f32_to_f16", "bfloat16": "kiln_f32_to_bf16"}
+# float16/bfloat16/float8/float4 loads and stores convert between storage and value
+LOAD_CONVERT = {"float16": "kiln_f16_to_f32", "bfloat16": "kiln_bf16_to_f32",
+                **{d: f"kiln_{s}_to_f32" for d, s in SMALL_FLOAT_SUFFIX.items()}}
+STORE_CONVERT = {"float16": "kiln_f32_to_f16", "bfloat16": "kiln_f32_to_bf16",
+                 **{d: f"kiln_f32_to_{s}" for d, s in SMALL_FLOAT_SUFFIX.items()}}
+# the runtime helper that rounds a float to the value a narrow float dtype holds
+ROUND_HELPER = {"float16": "kiln_round_f16", "bfloat16": "kiln_round_bf16",
+                **{d: f"kiln_round_{s}" for d, s in SMALL_FLOAT_SUFFIX.items()}}
 NARROW_INTS = ("int8", "int16", "uint8", "uint16")
 UNSIGNED_INTS = ("bool", "uint8", "uint16", "uint32", "uint64")
 

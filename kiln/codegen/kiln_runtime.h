@@ -1,5 +1,5 @@
 /* Kiln C runtime: pasted at the top of every generated module so the source is self-contained.
- * float16/bfloat16 live in memory as uint16_t and are computed as float. */
+ * float16/bfloat16 live in memory as uint16_t, float8/float4 as uint8_t; all are computed as float. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +51,70 @@ static inline uint16_t kiln_f32_to_bf16(float x) {
 }
 static inline float kiln_round_f16(float x) { return kiln_f16_to_f32(kiln_f32_to_f16(x)); }
 static inline float kiln_round_bf16(float x) { return kiln_bf16_to_f32(kiln_f32_to_bf16(x)); }
+
+/* float8/float4 live in memory as uint8_t (float4_e2m1fn: one value per byte, low nibble) and are
+ * computed as float. Decoding is exact. Encoding rounds to nearest even and does not saturate
+ * (Cast's saturate clamps before it): overflow becomes inf (e5m2), the largest finite value (float4,
+ * which has neither inf nor NaN) or NaN (the others). fnuz formats have one NaN (0x80) and no -0.
+ * KILN_SMALL_FLOAT(S, M, BIAS, MAXCODE, KIND): S names the helpers, M mantissa bits, BIAS the
+ * exponent bias, MAXCODE the largest finite magnitude code; KIND 0: NaN is S.1111.111 (e4m3fn),
+ * 1: IEEE inf and NaN (e5m2), 2: fnuz, 3: no inf/NaN (float4). */
+#define KILN_SMALL_FLOAT(S, M, BIAS, MAXCODE, KIND)                                         \
+  static inline float kiln_##S##_to_f32(uint8_t c) {                                        \
+    const uint32_t sbit = (KIND) == 3 ? 0x8u : 0x80u;                                       \
+    uint32_t mag = c & (sbit - 1u), neg = (c & sbit) != 0, e = mag >> (M), m = mag & ((1u << (M)) - 1u); \
+    float v;                                                                                \
+    if ((KIND) == 2 && c == 0x80u) return NAN;                                              \
+    if ((KIND) != 2 && (KIND) != 3 && mag > (MAXCODE)) {                                    \
+      if ((KIND) == 1 && m == 0) return neg ? -INFINITY : INFINITY;                         \
+      return neg ? -NAN : NAN;                                                              \
+    }                                                                                       \
+    if (e == 0) v = (float)m * ldexpf(1.0f, 1 - (BIAS) - (M));                              \
+    else v = kiln_bits_f32(((e - (BIAS) + 127u) << 23) | (m << (23 - (M))));                \
+    return neg ? -v : v;                                                                    \
+  }                                                                                         \
+  static inline uint8_t kiln_f32_to_##S(float x) {                                          \
+    const uint32_t sbit = (KIND) == 3 ? 0x8u : 0x80u;                                       \
+    uint32_t u = kiln_f32_bits(x), a = u & 0x7fffffffu, sign = (u >> 31) ? sbit : 0u, code; \
+    if (a > 0x7f800000u) {                                                                  \
+      if ((KIND) == 2) return 0x80u;                                                        \
+      if ((KIND) == 3) return (uint8_t)(sign ^ sbit); /* no float4 NaN: ml_dtypes' -+0 */ \
+      return (uint8_t)(sign | ((KIND) == 1 ? 0x7eu : 0x7fu));                               \
+    }                                                                                       \
+    if (a < ((uint32_t)(128 - (BIAS)) << 23)) { /* below the smallest normal */             \
+      code = (uint32_t)nearbyintf(kiln_bits_f32(a) * ldexpf(1.0f, (BIAS) - 1 + (M)));       \
+    } else if (a >= 0x7f800000u) {                                                          \
+      code = (MAXCODE) + 1u;                                                                \
+    } else {                                                                                \
+      uint32_t r = a + ((1u << (22 - (M))) - 1u) + ((a >> (23 - (M))) & 1u);               \
+      code = (r >> (23 - (M))) - ((uint32_t)(127 - (BIAS)) << (M));                         \
+    }                                                                                       \
+    if (code > (MAXCODE)) {                                                                 \
+      if ((KIND) == 1) return (uint8_t)(sign | 0x7cu);                                      \
+      if ((KIND) == 3) return (uint8_t)(sign | (MAXCODE));                                  \
+      return (KIND) == 2 ? 0x80u : (uint8_t)(sign | 0x7fu);                                 \
+    }                                                                                       \
+    if ((KIND) == 2 && code == 0) return 0;                                                 \
+    return (uint8_t)(sign | code);                                                          \
+  }                                                                                         \
+  static inline float kiln_round_##S(float x) { return kiln_##S##_to_f32(kiln_f32_to_##S(x)); }
+KILN_SMALL_FLOAT(f8e4m3fn, 3, 7, 0x7eu, 0) KILN_SMALL_FLOAT(f8e4m3fnuz, 3, 8, 0x7fu, 2)
+KILN_SMALL_FLOAT(f8e5m2, 2, 15, 0x7bu, 1) KILN_SMALL_FLOAT(f8e5m2fnuz, 2, 16, 0x7fu, 2)
+KILN_SMALL_FLOAT(f4e2m1fn, 1, 1, 0x7u, 3)
+
+/* float8_e8m0fnu: an unsigned power of two 2^(c-127), c = 0..254; 0xff is NaN (no zero, no inf).
+ * Encoding rounds the float32 exponent field half up, like ml_dtypes (float32 subnormals too); zero,
+ * negatives, inf and NaN become NaN. */
+static inline float kiln_f8e8m0fnu_to_f32(uint8_t c) {
+  return c == 0xffu ? NAN : kiln_bits_f32(c ? (uint32_t)c << 23 : 0x00400000u);
+}
+static inline uint8_t kiln_f32_to_f8e8m0fnu(float x) {
+  uint32_t u = kiln_f32_bits(x), e = u >> 23;
+  if (u == 0 || (u >> 31) || e == 0xffu) return 0xffu;
+  e = e ? e + ((u & 0x7fffffu) >= 0x400000u) : (u & 0x7fffffu) > 0x400000u;  /* 2^-127 is code 0 */
+  return e > 0xfeu ? 0xffu : (uint8_t)e;
+}
+static inline float kiln_round_f8e8m0fnu(float x) { return kiln_f8e8m0fnu_to_f32(kiln_f32_to_f8e8m0fnu(x)); }
 
 static inline float kiln_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline double kiln_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
