@@ -99,8 +99,10 @@ def _unbound(k: Kernel) -> bool:
 class CompiledModule:
     mod: IRModule  # optimized and fused
     kernels: dict[int, CompiledKernel]  # id(Primitive Function) -> kernel
-    host_groups: list[str] = field(default_factory=list)  # why each uncompiled group runs on the host
+    host_groups: list[str] = field(default_factory=list)  # why each group without a kernel has none
     library: Any = None
+    specializers: dict[int, Any] = field(default_factory=dict)  # id(group) -> run-time Specializer
+    ran_on_host: dict[int, str] = field(default_factory=dict)  # groups that ran on the host, and why
 
     def run(self, feeds: dict[str, Any], profile: dict[str, float] | None = None) -> list[Any]:
         main = self.mod.main
@@ -138,7 +140,25 @@ class _KernelInterpreter(Interpreter):
                 key = k.kernel.func.name
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
             return tuple(outs) if len(k.kernel.output_types) > 1 or _returns_tuple(e.op) else outs[0]
+        if isinstance(e, Call) and isinstance(e.op, Function) and e.op.attr("Primitive"):
+            args = [scope.lookup(a)[1] for a in e.args]
+            spec = self._specialized(e.op, args)
+            if spec is not None:
+                outs = spec.kernel([args[i] for i in spec.keep])
+                return tuple(outs) if len(spec.kernel.kernel.output_types) > 1 or _returns_tuple(e.op) else outs[0]
         return super()._compute(e, scope)
+
+    def _specialized(self, fn: Function, args: list) -> Any:
+        """The group's kernel specialized on its small arguments, or None (then it runs on the host)."""
+        from kiln.runtime.specialize import Specializer
+
+        sp = self.cm.specializers.get(id(fn))
+        if sp is None:
+            sp = self.cm.specializers[id(fn)] = Specializer(fn, f"group{len(self.cm.specializers)}")
+        spec = sp.kernel_for(args)
+        if spec is None:
+            self.cm.ran_on_host[id(fn)] = sp.errors[-1] if sp.errors else "no small inputs to specialize on"
+        return spec
 
 
 def _returns_tuple(fn: Function) -> bool:

@@ -1,0 +1,80 @@
+"""Run-time specialization of fused groups on small inputs.
+
+A kernel needs some inputs as compile-time constants (reduction axes, top-k's k, pads, resize
+scales, slice starts). When a model feeds them as graph inputs, the group cannot be compiled ahead
+of time; instead it is compiled the first time it runs, for the values it sees (those inputs become
+constants of the group), and the kernel is cached by those values, so later calls with the same
+values run at once. Groups that still cannot be lowered run on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kiln.codegen.lower_fused import lower_primitive
+from kiln.codegen.module import build as build_c
+from kiln.errors import KilnError
+from kiln.ir.expr import Constant, Function
+from kiln.ir.types import TensorType
+from kiln.tir.stmt import Buffer
+from kiln.transform.basic import substitute
+
+SMALL_INPUT_ELEMENTS = 64  # inputs up to this size may be baked into a specialized kernel
+
+
+def small_params(fn: Function) -> list[int]:
+    """Positions of the group's parameters small enough to specialize on."""
+    out = []
+    for i, p in enumerate(fn.params):
+        t = p.type
+        if (isinstance(t, TensorType) and t.is_static and math.prod(t.shape) <= SMALL_INPUT_ELEMENTS
+                and t.dtype not in ("string",)):
+            out.append(i)
+    return out
+
+
+@dataclass
+class Specialized:
+    kernel: object  # executor.CompiledKernel
+    keep: list[int]  # argument positions the specialized kernel still takes
+
+
+@dataclass
+class Specializer:
+    fn: Function
+    name: str
+    cache: dict[tuple, Specialized | None] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def kernel_for(self, args: list) -> Specialized | None:
+        idxs = small_params(self.fn)
+        if not idxs:
+            return None
+        key = tuple((np.asarray(args[i]).dtype.str, np.asarray(args[i]).shape, np.asarray(args[i]).tobytes())
+                    for i in idxs)
+        if key not in self.cache:
+            self.cache[key] = self._compile(args, idxs)
+        return self.cache[key]
+
+    def _compile(self, args: list, idxs: list[int]) -> Specialized | None:
+        from kiln.runtime.executor import CompiledKernel, _bindings, _unbound
+
+        mapping = {id(self.fn.params[i]): Constant(np.asarray(args[i])) for i in idxs}
+        keep = [i for i in range(len(self.fn.params)) if i not in idxs]
+        try:
+            body = substitute(self.fn.body, mapping)
+            spec = Function(tuple(self.fn.params[i] for i in keep), body, self.fn.attrs)
+            k = lower_primitive(spec, f"{self.name}_s{len(self.cache)}")
+            bindings = _bindings(k)
+            if bindings is None or _unbound(k):
+                raise KilnError("a size inside the group is not known from its inputs")
+            lib = build_c([k.func], f"{self.name}_specialized")
+        except KilnError as err:
+            self.errors.append(str(err))
+            return None
+        n_in = k.num_params + len(k.constants)
+        outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
+        return Specialized(CompiledKernel(k, lib.get_function(k.func.name), bindings, outs, spec), keep)
