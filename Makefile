@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 JOBS ?= 2
 
-.PHONY: demo test test-slow conformance lint clean check-tools
+.PHONY: demo test test-slow conformance conformance-compiled lint clean check-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -31,6 +31,10 @@ test-slow: $(STAMP)
 conformance: $(STAMP)
 	$(PY) ../shared/conformance/onnx_conformance.py run --backend module:kiln.onnx_backend \
 		--suites node,light --jobs $(JOBS) --out conformance_results.json
+
+# every node case through the compiled path: pass rate and the cases that ran a group on the host
+conformance-compiled: $(STAMP)
+	$(PY) -m tests.conformance.test_compiled_cases
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kiln tests

@@ -273,24 +273,26 @@ class Reduce(PrimExpr):
         return self.source[self.value_index].dtype
 
 
-def eq(a: ExprLike, b: ExprLike) -> EQ:
+def _pair(a: ExprLike, b: ExprLike) -> tuple[PrimExpr, PrimExpr]:
+    """Both operands as expressions, a Python number taking the other side's dtype."""
     a = const(a, b.dtype if isinstance(b, PrimExpr) else "int64")
-    return EQ(a, const(b, a.dtype))
+    return a, const(b, a.dtype)
+
+
+def eq(a: ExprLike, b: ExprLike) -> EQ:
+    return EQ(*_pair(a, b))
 
 
 def ne(a: ExprLike, b: ExprLike) -> NE:
-    a = const(a, b.dtype if isinstance(b, PrimExpr) else "int64")
-    return NE(a, const(b, a.dtype))
+    return NE(*_pair(a, b))
 
 
 def min_(a: ExprLike, b: ExprLike) -> Min:
-    a = const(a, b.dtype if isinstance(b, PrimExpr) else "int64")
-    return Min(a, const(b, a.dtype))
+    return Min(*_pair(a, b))
 
 
 def max_(a: ExprLike, b: ExprLike) -> Max:
-    a = const(a, b.dtype if isinstance(b, PrimExpr) else "int64")
-    return Max(a, const(b, a.dtype))
+    return Max(*_pair(a, b))
 
 
 def select(cond: PrimExpr, t: ExprLike, f: ExprLike) -> Select:
