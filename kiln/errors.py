@@ -59,3 +59,24 @@ class CompilerNotFoundError(CompileError):
 
 class KernelError(KilnError):
     """A compiled kernel returned an error code (a temporary could not be allocated, ...)."""
+
+
+class ArtifactError(KilnError):
+    """A compiled-model directory is missing, corrupt, from another Kiln, or not for this CPU."""
+
+
+class AotError(KilnError):
+    """The model cannot be compiled ahead of time; kiln.runtime.executor.build runs it instead."""
+
+
+class MemoryLimitError(KilnError):
+    """The planned arena is larger than the memory limit; raised before anything runs."""
+
+
+class ComputeError(KilnError):
+    """A call cannot become a te compute (a shape-deciding input is not a constant, an unsupported
+    attribute combination); names the operator and what was missing."""
+
+
+class LoweringError(KilnError):
+    """A fused group cannot become a kernel (an operator without a compute, a dynamic attribute)."""

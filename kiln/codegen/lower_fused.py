@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln import tir
-from kiln.errors import KilnError
+from kiln.errors import KilnError, LoweringError
 from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.types import ANY, TensorType, TupleType
@@ -34,9 +34,6 @@ from kiln.topi.schedule_dispatch import schedule_group
 # the C backend rejects, so VECTORIZED loops are left to the compiler (`#pragma omp simd`).
 KERNEL_SKIPPED_PASSES = ("storage_flatten", "vectorize")
 
-
-class LoweringError(KilnError):
-    """A fused group cannot become a kernel (an operator without a compute, a dynamic attribute)."""
 
 
 @dataclass

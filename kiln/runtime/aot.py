@@ -21,7 +21,7 @@ from kiln.codegen.aot_source import ENTRY, Copy, KernelCall, Ptr, generate_aot
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CModule
-from kiln.errors import InputError, KilnError
+from kiln.errors import AotError, InputError  # noqa: F401  (AotError re-exported)
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
 from kiln.ir.module import IRModule
@@ -33,9 +33,6 @@ from kiln.runtime.memory_plan import ALIGN, MemoryPlan, Step, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext
 
-
-class AotError(KilnError):
-    """The model cannot be compiled ahead of time; kiln.runtime.executor.build runs it instead."""
 
 
 _HINT = "; run it with kiln.runtime.executor.build instead"

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.errors import KilnError
+from kiln.errors import ArtifactError  # noqa: F401  (re-exported)
 from kiln.tir import expr as E
 from kiln.tir.stmt import Buffer, Evaluate, PrimFunc
 
-
-class ArtifactError(KilnError):
-    """A compiled-model directory is missing, corrupt, from another Kiln, or not for this CPU."""
 
 
 _OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",

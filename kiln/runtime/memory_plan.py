@@ -13,13 +13,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from kiln.errors import KilnError
+from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
 
 ALIGN = 64
 
-
-class MemoryLimitError(KilnError):
-    """The planned arena is larger than the memory limit; raised before anything runs."""
 
 
 @dataclass(frozen=True)

@@ -5,3 +5,4 @@ from kiln.topi import (broadcast, elemwise, extern, injective, linalg, nn, norm,
                        scatter)
 from kiln.topi import attention, crop_scatter, einsum, quant, resize  # noqa: F401,E402
 from kiln.topi import loss  # noqa: F401,E402
+from kiln.topi import signal, vision_more  # noqa: F401,E402

@@ -16,17 +16,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kiln import tir
-from kiln.errors import KilnError
+from kiln.errors import ComputeError  # noqa: F401  (re-exported)
 from kiln.ir.types import SizeVar, TensorType, TupleType, Type
 from kiln.op.registry import get_op
 from kiln.te.tensor import Tensor
 
 ComputeFn = Callable[[Any, list, Type, list], "Tensor | tuple[Tensor, ...]"]
 
-
-class ComputeError(KilnError):
-    """A call cannot become a te compute (a shape-deciding input is not a constant, an unsupported
-    attribute combination); names the operator and what was missing."""
 
 
 def register_compute(name: str) -> Callable[[ComputeFn], ComputeFn]:

@@ -1,0 +1,194 @@
+"""Computes for nn.rotary_embedding, vision.grid_sample and quant.qlinear_matmul, each written
+as its reference (kiln/op/attention.py, kiln/op/vision.py, kiln/op/quant.py) computes it.
+
+grid_sample covers nearest and linear sampling with zeros or border padding, coordinates in
+float64 like the reference; cubic sampling and reflection padding raise ComputeError so those
+calls run on the host. qlinear_matmul accumulates in int64 and requantizes in float64.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from kiln import te, tir
+from kiln.tir import PrimExpr
+from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
+
+F64 = "float64"
+
+
+def _f(v: float) -> PrimExpr:
+    return tir.const(float(v), F64)
+
+
+def _static(name: str, d: PrimExpr, what: str) -> int:
+    if not isinstance(d, tir.IntImm):
+        raise ComputeError(f"{name}: {what} must be static, got {d}")
+    return d.value
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.rotary_embedding
+
+
+@register_compute("nn.rotary_embedding")
+def _rotary_embedding(attrs, inputs, out_type, consts):
+    x, cos, sin, pos = inputs
+    name = "nn.rotary_embedding"
+    if x.ndim == 4:
+        head = _static(name, x.shape[3], "head size")
+    else:
+        head = _static(name, x.shape[2], "hidden size") // attrs.num_heads
+    rd = attrs.rotary_embedding_dim or head
+    half = rd // 2
+
+    def trig(t: te.Tensor, b, s, j) -> PrimExpr:
+        if pos is None:
+            return t(b, s, j)
+        return t(tir.cast("int64", pos(b, s)), j)
+
+    def f(*i):
+        if x.ndim == 4:
+            b, h, s, d = i
+            load = lambda e: x(b, h, s, e)  # noqa: E731
+        else:
+            b, s, hd = i
+            h, d = hd // head, hd % head
+            load = lambda e: x(b, s, h * head + e)  # noqa: E731
+        if attrs.interleaved:
+            j = (d // 2) % half
+            x1, x2, first = load(j * 2), load(j * 2 + 1), tir.eq(d % 2, tir.const(0))
+        else:
+            j = d % half
+            x1, x2, first = load(j), load(j + half), d < half
+        c, sn = trig(cos, b, s, j), trig(sin, b, s, j)
+        rot = te.select(first, c * x1 - sn * x2, sn * x1 + c * x2)
+        return te.select(d < rd, rot, load(d)) if rd < head else rot
+
+    return te.compute(x.shape, f, name="rotary_embedding")
+
+
+# ---------------------------------------------------------------------------------------------
+# vision.grid_sample
+
+
+def _taps(attrs, g: PrimExpr, n: int) -> list[tuple[PrimExpr, PrimExpr | None, PrimExpr | None]]:
+    """(clamped index, weight or None, validity or None) per tap along one axis of size n."""
+    pos = (g + _f(1)) / _f(2) * _f(n - 1) if attrs.align_corners else ((g + _f(1)) * _f(n) - _f(1)) / _f(2)
+    lo, hi = (0.0, n - 1.0) if attrs.align_corners else (-0.5, n - 0.5)
+    if attrs.mode == "nearest":
+        pos = te.nearbyint(pos)
+    if attrs.padding_mode == "border":
+        outside = tir.Or(pos < _f(lo), pos > _f(hi))
+        pos = te.select(outside, tir.max_(tir.min_(pos, _f(n - 1)), _f(0)), pos)
+    if attrs.mode == "nearest":
+        idxs = [(tir.cast("int64", pos), None)]
+    else:
+        base = te.floor(pos)
+        frac = pos - base
+        b = tir.cast("int64", base)
+        idxs = [(b, _f(1) - frac), (b + 1, frac)]
+    out = []
+    for idx, w in idxs:
+        valid = None
+        if attrs.padding_mode == "zeros":
+            valid = tir.And(idx >= tir.const(0), idx < tir.const(n))
+        out.append((tir.max_(tir.min_(idx, tir.const(n - 1)), tir.const(0)), w, valid))
+    return out
+
+
+@register_compute("vision.grid_sample")
+def _grid_sample(attrs, inputs, out_type, consts):
+    x, grid = inputs
+    name = "vision.grid_sample"
+    if attrs.mode not in ("linear", "nearest") or attrs.padding_mode not in ("zeros", "border"):
+        raise ComputeError(f"{name}: mode {attrs.mode} with {attrs.padding_mode} padding has no compute")
+    if attrs.mode == "linear" and x.dtype not in ("float16", "float32", "float64"):
+        raise ComputeError(f"{name}: linear sampling of {x.dtype} has no compute")
+    sizes = [_static(name, d, "spatial size") for d in x.shape[2:]]
+    r = len(sizes)
+    out_t = tensor_type(out_type)
+
+    def f(n, c, *o):
+        taps = [_taps(attrs, tir.cast(F64, grid(n, *o, tir.const(r - 1 - k))), size)
+                for k, size in enumerate(sizes)]
+        total = None
+        for combo in itertools.product(*taps):
+            val = x(n, c, *(t[0] for t in combo))
+            valid = None
+            for t in combo:
+                if t[2] is not None:
+                    valid = t[2] if valid is None else tir.And(valid, t[2])
+            if attrs.mode == "nearest":
+                zero = tir.const(False, "bool") if x.dtype == "bool" else tir.const(0, x.dtype)
+                return val if valid is None else te.select(valid, val, zero)
+            term = tir.cast(F64, val)
+            for t in combo:
+                term = term * t[1]
+            if valid is not None:
+                term = te.select(valid, term, _f(0))
+            total = term if total is None else total + term
+        return tir.cast(out_t.dtype, total)
+
+    return te.compute(out_dims(out_type, inputs), f, name="grid_sample")
+
+
+# ---------------------------------------------------------------------------------------------
+# quant.qlinear_matmul
+
+_QINTS = ("int8", "uint8")
+
+
+def _param(p: te.Tensor, i: PrimExpr) -> PrimExpr:
+    """A scalar parameter, or a 1-D per-row / per-column one read at i."""
+    if all(isinstance(d, tir.IntImm) and d.value == 1 for d in p.shape):
+        return p(*(tir.const(0) for _ in p.shape))
+    if p.ndim != 1:
+        raise ComputeError(f"quant.qlinear_matmul: a parameter of shape {p.shape} has no compute")
+    return p(i)
+
+
+def _bload(t: te.Tensor, batch: tuple, rest: tuple) -> PrimExpr:
+    """t read at (batch..., rest...) with its batch dims broadcast against the output's."""
+    nb = t.ndim - len(rest)
+    off = len(batch) - nb
+    idx = [tir.const(0) if isinstance(d, tir.IntImm) and d.value == 1 else batch[off + k]
+           for k, d in enumerate(t.shape[:nb])]
+    return t(*idx, *rest)
+
+
+@register_compute("quant.qlinear_matmul")
+def _qlinear_matmul(attrs, inputs, out_type, consts):
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs
+    name = "quant.qlinear_matmul"
+    out = tensor_type(out_type).dtype
+    for t, what in ((a, "a"), (b, "b"), (y_zp, "y_zero_point")):
+        if t.dtype not in _QINTS:
+            raise ComputeError(f"{name}: {what} dtype {t.dtype} has no compute")
+    if a.ndim < 2 or b.ndim < 2:
+        raise ComputeError(f"{name}: 1-D operands have no compute")
+    k_dim = a.shape[-1]
+    a_per_row = not all(isinstance(d, tir.IntImm) and d.value == 1 for d in a_s.shape + a_zp.shape)
+    info = np.iinfo(out)
+
+    def acc(*i):
+        batch, m, nn = i[:-2], i[-2], i[-1]
+        k = te.reduce_axis(k_dim, "k")
+        av = tir.cast("int64", _bload(a, batch, (m, k.var))) - tir.cast("int64", _param(a_zp, m))
+        bv = tir.cast("int64", _bload(b, batch, (k.var, nn))) - tir.cast("int64", _param(b_zp, nn))
+        return te.sum(av * bv, k)
+
+    acc_t = te.compute(out_dims(out_type, inputs), acc, name="qlinear_matmul_acc")
+
+    def f(*i):
+        m, nn = i[-2], i[-1]
+        sa = tir.cast(F64, _param(a_s, m) if a_per_row else _param(a_s, m))
+        mult = sa * tir.cast(F64, _param(b_s, nn)) / tir.cast(F64, _param(y_s, tir.const(0)))
+        v = tir.cast(F64, acc_t(*i)) * mult + tir.cast(F64, _param(y_zp, tir.const(0)))
+        v = te.nearbyint(v)
+        v = tir.max_(tir.min_(v, _f(info.max)), _f(info.min))
+        return tir.cast(out, v)
+
+    return te.compute(acc_t.shape, f, name="qlinear_matmul")
