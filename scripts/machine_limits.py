@@ -1,0 +1,117 @@
+"""Measure this machine's FP32 peak and memory bandwidth: the ceilings Kiln's speed is judged by.
+
+- FMA peak: a C kernel of independent AVX2 FMA chains (8 accumulators of 8 lanes) per thread,
+  compiled with Kiln's gcc flags; GFLOP/s = 2 * 8 lanes * 8 chains * iterations / time.
+- SGEMM ceiling: numpy's BLAS on a large matrix (the practical peak a GEMM can reach here).
+- Bandwidth: a C triad a[i] = b[i] + s * c[i] over arrays much larger than the caches (OpenMP).
+Prints a table and writes JSON with --json FILE. Threads: 1 and all cores, set explicitly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kiln.codegen.compiler import FLAGS, compile_shared, find_compiler
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+double fma_peak(int64_t iters, int threads) {
+  double t0 = omp_get_wtime();
+  float sink = 0.f;
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (int64_t i = 0; i < iters; ++i) {
+      a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
+      a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
+      a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
+      a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    float out[8]; _mm256_storeu_ps(out, s);
+    sink += out[0];
+  }
+  double t = omp_get_wtime() - t0;
+  return sink == 12345.f ? -t : t;  /* keep the work observable */
+}
+double triad(float* a, const float* b, const float* c, int64_t n, int reps, int threads) {
+  double t0 = omp_get_wtime();
+  for (int r = 0; r < reps; ++r) {
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0f * c[i];
+  }
+  return omp_get_wtime() - t0;
+}
+"""
+
+
+def build() -> ctypes.CDLL:
+    tmp = Path(tempfile.mkdtemp(prefix="kiln-limits-"))
+    src, lib = tmp / "limits.c", tmp / "limits.so"
+    src.write_text(SOURCE)
+    compile_shared(src, lib, find_compiler(), FLAGS)
+    dll = ctypes.CDLL(str(lib))
+    dll.fma_peak.restype, dll.fma_peak.argtypes = ctypes.c_double, [ctypes.c_int64, ctypes.c_int]
+    dll.triad.restype = ctypes.c_double
+    dll.triad.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+                          ctypes.c_int]
+    return dll
+
+
+def fma_gflops(dll: ctypes.CDLL, threads: int, iters: int = 200_000_000) -> float:
+    best = min(abs(dll.fma_peak(iters, threads)) for _ in range(3))
+    return 2 * 8 * 8 * iters * threads / best / 1e9
+
+
+def triad_gbs(dll: ctypes.CDLL, threads: int, n: int = 1 << 25) -> float:
+    a, b, c = (np.ones(n, np.float32) for _ in range(3))
+    reps = 5
+    best = min(dll.triad(a.ctypes.data, b.ctypes.data, c.ctypes.data, n, reps, threads) for _ in range(3))
+    return 3 * 4 * n * reps / best / 1e9
+
+
+def sgemm_gflops(n: int = 2048) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(3))
+    return 2 * n ** 3 / best / 1e9
+
+
+def _timed(f) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args()
+    dll = build()
+    cores = os.cpu_count() or 1
+    rows = {}
+    for t in sorted({1, cores}):
+        rows[f"fma_peak_gflops_{t}t"] = fma_gflops(dll, t)
+        rows[f"triad_gbs_{t}t"] = triad_gbs(dll, t)
+    rows["numpy_sgemm_gflops_all_threads"] = sgemm_gflops()
+    for k, v in rows.items():
+        print(f"{k:34s} {v:10.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
