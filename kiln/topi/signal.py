@@ -27,6 +27,10 @@ def _dft(attrs, inputs, out_type, consts):
         raise ComputeError(f"{name}: the signal axis and the complex dim must be static")
     n_in, cplx = d.value, x.shape[-1].value == 2
     irfft = bool(attrs.inverse and attrs.onesided)
+    if attrs.inverse and not irfft:
+        # exact sums miss the float32 FFT round-off ONNX's expected outputs carry near zero
+        # (test_dft_inverse: 1.9e-7 against atol 1e-7), so the complex inverse stays on the host
+        raise ComputeError(f"{name}: the complex inverse DFT runs on the host")
     n = int(const_value(name, consts, 1, "dft_length")) if length is not None else (
         2 * (n_in - 1) if irfft else n_in)
     taps = min(n_in, n // 2 + 1) if irfft else min(n_in, n)

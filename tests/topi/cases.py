@@ -179,3 +179,6 @@ CASES.update(MORE_CASES())
 from tests.topi.cases_loss import LOSS_CASES  # noqa: E402
 
 CASES.update(LOSS_CASES())
+from tests.topi.cases_more2 import MORE2_CASES  # noqa: E402
+
+CASES.update(MORE2_CASES())
