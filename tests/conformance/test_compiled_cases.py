@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conformance.cases import assert_similar, data_sets, node_cases
-from tests.conformance.test_node_cases import expected_failures
+from tests.conformance.test_node_cases import expected_failures, xfail_mark
 
 HERE = os.path.dirname(__file__)
 SAMPLE = 10
@@ -61,7 +61,7 @@ def run_case(name: str) -> list[str]:
 
 
 def _params(every: int) -> list:
-    return [pytest.param(name, marks=[pytest.mark.xfail(reason=XFAIL[name], strict=True)] if name in XFAIL else [],
+    return [pytest.param(name, marks=[xfail_mark(XFAIL[name])] if name in XFAIL else [],
                          id=name) for name in sorted(node_cases())[::every]]
 
 
