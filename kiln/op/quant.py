@@ -7,7 +7,6 @@ every float -> quantized conversion rounds half to even and saturates to the tar
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -16,6 +15,7 @@ import numpy as np
 from kiln.errors import TypeInferenceError
 from kiln.ir import dtype as dt
 from kiln.ir.types import ANY, Dim, TensorType, TupleType
+from kiln.op.nn import Window, conv_nd
 from kiln.op.registry import INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE, define_op
 from kiln.op.typerel import broadcast_shapes, check_dtype, norm_axis, tensor
 
@@ -343,29 +343,10 @@ def _qlinear_conv_rel(attrs: QLinearConvAttrs, types, values) -> TensorType:
     return TensorType((x.shape[0], w.shape[0]) + tuple(o for o, _, _ in geo), y_zp.dtype)
 
 
-def conv_nd(x: np.ndarray, w: np.ndarray, attrs: QLinearConvAttrs) -> np.ndarray:
-    """Grouped N-d cross-correlation (N, C, *S) x (M, C/g, *K) by windowed einsum."""
-    n = x.ndim - 2
-    kernel = w.shape[2:]
-    geo = conv_geometry(attrs, x.shape[2:], kernel)
-    strides, dil = attrs.strides or (1,) * n, attrs.dilations or (1,) * n
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(lo, hi) for _, lo, hi in geo])
-    spans = [(k - 1) * r + 1 for k, r in zip(kernel, dil)]
-    win = np.lib.stride_tricks.sliding_window_view(xp, spans, axis=tuple(range(2, 2 + n)))
-    win = win[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for (o, _, _), s in zip(geo, strides))
-              + tuple(slice(None, None, r) for r in dil)]
-    g = attrs.group
-    win = win.reshape((x.shape[0], g, x.shape[1] // g) + win.shape[2:])
-    wg = w.reshape((g, w.shape[0] // g) + w.shape[1:])
-    sp, ks = string.ascii_letters[:n], string.ascii_letters[n:2 * n]
-    out = np.einsum(f"NGC{sp}{ks},GMC{ks}->NGM{sp}", win, wg)
-    return out.reshape((x.shape[0], w.shape[0]) + out.shape[3:])
-
-
 def _qlinear_conv_ref(attrs: QLinearConvAttrs, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias=None):
     per_m = (-1,) + (1,) * (w.ndim - 1)
     wq = as_real(w) - as_real(w_zp.reshape(per_m) if w_zp.size > 1 else w_zp.reshape(()))
-    acc = conv_nd(as_real(x) - as_real(x_zp.reshape(())), wq, attrs)
+    acc = conv_nd(as_real(x) - as_real(x_zp.reshape(())), wq, Window.of(attrs, w.shape[2:]), attrs.group)
     per_c = (1, -1) + (1,) * (x.ndim - 2)
     if bias is not None:
         acc = acc + bias.astype(np.int64).reshape(per_c)
