@@ -15,7 +15,7 @@ import numpy as np
 from kiln.errors import TypeInferenceError
 from kiln.ir import dtype as dt
 from kiln.ir.types import ANY, Dim, TensorType, TupleType
-from kiln.op.nn import Window, conv_nd
+from kiln.op.nn import ConvAttrs, Window, conv_nd
 from kiln.op.registry import INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE, define_op
 from kiln.op.typerel import broadcast_shapes, check_dtype, norm_axis, tensor
 
@@ -281,17 +281,7 @@ qlinear_matmul = define_op(
 # QLinearConv
 
 
-@dataclass(frozen=True)
-class QLinearConvAttrs:
-    auto_pad: str = "NOTSET"
-    dilations: tuple[int, ...] | None = None
-    group: int = 1
-    kernel_shape: tuple[int, ...] | None = None
-    pads: tuple[int, ...] | None = None
-    strides: tuple[int, ...] | None = None
-
-
-def conv_geometry(attrs: QLinearConvAttrs, spatial: tuple[Dim, ...], kernel: tuple[Dim, ...]):
+def conv_geometry(attrs: ConvAttrs, spatial: tuple[Dim, ...], kernel: tuple[Dim, ...]):
     """Per spatial axis: (output dim, pad before, pad after); unknown ones are ANY."""
     n = len(spatial)
     strides, dil = attrs.strides or (1,) * n, attrs.dilations or (1,) * n
@@ -322,7 +312,7 @@ def conv_geometry(attrs: QLinearConvAttrs, spatial: tuple[Dim, ...], kernel: tup
     return out
 
 
-def _qlinear_conv_rel(attrs: QLinearConvAttrs, types, values) -> TensorType:
+def _qlinear_conv_rel(attrs: ConvAttrs, types, values) -> TensorType:
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = (tensor(t) for t in types[:8])
     _check_pair(x, x_zp, "x")
     _check_pair(w, w_zp, "w")
@@ -343,7 +333,7 @@ def _qlinear_conv_rel(attrs: QLinearConvAttrs, types, values) -> TensorType:
     return TensorType((x.shape[0], w.shape[0]) + tuple(o for o, _, _ in geo), y_zp.dtype)
 
 
-def _qlinear_conv_ref(attrs: QLinearConvAttrs, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias=None):
+def _qlinear_conv_ref(attrs: ConvAttrs, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias=None):
     per_m = (-1,) + (1,) * (w.ndim - 1)
     wq = as_real(w) - as_real(w_zp.reshape(per_m) if w_zp.size > 1 else w_zp.reshape(()))
     acc = conv_nd(as_real(x) - as_real(x_zp.reshape(())), wq, Window.of(attrs, w.shape[2:]), attrs.group)
@@ -355,7 +345,7 @@ def _qlinear_conv_ref(attrs: QLinearConvAttrs, x, x_s, x_zp, w, w_s, w_zp, y_s, 
 
 
 qlinear_conv = define_op(
-    "quant.qlinear_conv", pattern=OUT_EWISE_FUSABLE, inputs=(8, 9), attrs=QLinearConvAttrs,
+    "quant.qlinear_conv", pattern=OUT_EWISE_FUSABLE, inputs=(8, 9), attrs=ConvAttrs,
     infer=_qlinear_conv_rel, ref=_qlinear_conv_ref,
     doc="Convolution of quantized x and w (per-tensor or per-output-channel w) with integer "
         "accumulation and int32 bias, requantized to y's scale and zero point.")
