@@ -108,7 +108,8 @@ class CompiledModel:
         info = {"target": "c", "opt_level": self.opt_level, "built_with": self.executor,
                 "compiler": compiler_identity(find_compiler("gcc")).splitlines()[0],
                 "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs]}
-        return artifact.export(directory, self._graph_state(), info)
+        aot = self.runner if isinstance(self.runner, AotModule) else None
+        return artifact.export(directory, self._graph_state(), info, aot)
 
     def _graph_state(self) -> CompiledModule:
         """The kernel-by-kernel view of the same library (the AOT library exports every kernel too)."""

@@ -63,6 +63,17 @@ def test_load_gives_the_same_api(tmp_path):
         np.testing.assert_array_equal(sess.run(None, {"image": x})[0], model.run({"image": x})[0])
 
 
+def test_a_saved_aot_model_loads_as_aot_and_a_graph_model_as_graph(tmp_path):
+    x = _image(1)
+    for executor in ("aot", "graph"):
+        model = kiln.build(small_cnn(batch=1), executor=executor)
+        sess = kiln.load(model.export(tmp_path / executor))
+        assert sess.model.executor == executor
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], model.run({"image": x})[0])
+        if executor == "aot":
+            assert str(sess.model.runner.memory_report()) == str(model.runner.memory_report())
+
+
 def test_user_errors_name_what_was_wrong():
     sess = kiln.InferenceSession(small_cnn(batch=1))
     with pytest.raises(InputError, match="unknown output name.*logits.*outputs are probs"):

@@ -29,7 +29,7 @@ from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.executor import fuse, lower_groups
 from kiln.runtime.interpreter import check_input
-from kiln.runtime.memory_plan import ALIGN, MemoryPlan, Step, plan_memory
+from kiln.runtime.memory_plan import ALIGN, Step, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext
 
@@ -149,23 +149,30 @@ class AotModule:
     """A compiled model: `run(feeds)` is one call into `kiln_model_run`. The arena is allocated
     once and reused, so runs of one module are serialized by a lock."""
 
-    def __init__(self, mod: IRModule, graph: _Graph, outputs: list[int], plan: MemoryPlan, library: CModule):
-        self.mod, self.plan, self.library = mod, plan, library
+    def __init__(self, mod: IRModule, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]],
+                 arena_bytes: int, library: Any, report: MemoryReport):
+        self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
         self._params = [(p.name, p.type) for p in mod.main.params]
-        self._outputs = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
-        self._weights = graph.weights
-        self._weight_ptrs = (ctypes.c_void_p * max(len(graph.weights), 1))(*[w.ctypes.data for w in graph.weights])
-        self._arena = np.empty(plan.arena_bytes + ALIGN, np.uint8)
+        self._outputs = outputs
+        self._weights = [np.ascontiguousarray(w) for w in weights]
+        self._weight_ptrs = (ctypes.c_void_p * max(len(weights), 1))(*[w.ctypes.data for w in self._weights])
+        self._arena = np.empty(arena_bytes + ALIGN, np.uint8)
         addr = self._arena.ctypes.data
         self._arena_ptr = ctypes.c_void_p(addr + (-addr % ALIGN))
         self._entry = getattr(library.lib, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._entry.restype = ctypes.c_int32
         self._lock = threading.Lock()
-        self._report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
-                                    tuple(graph.steps[i].name for i in plan.order),
-                                    sum(w.nbytes for w in graph.weights),
-                                    sum(graph.nbytes(t) for t in outputs))
+        self._report = report
+
+    @property
+    def weights(self) -> list[np.ndarray]:
+        """The arrays `kiln_model_run` reads its weights from, in its order."""
+        return self._weights
+
+    @property
+    def output_layout(self) -> list[tuple[tuple[int, ...], np.dtype]]:
+        return list(self._outputs)
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         names = [n for n, _ in self._params]
@@ -218,4 +225,8 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
              for i in plan.order]
     source = generate_aot([k.func for k in lowered], calls, copies)
     path = (cache or CompileCache()).build(source.code, cc, flags)
-    return AotModule(fused, graph, outputs, plan, CModule("model", source, path))
+    report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
+                          tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
+                          sum(graph.nbytes(t) for t in outputs))
+    out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
+    return AotModule(fused, graph.weights, out_layout, plan.arena_bytes, CModule("model", source, path), report)

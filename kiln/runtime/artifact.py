@@ -33,6 +33,7 @@ from kiln.ir.expr import Function, Tuple
 from kiln.ir.module import IRModule
 from kiln.ir.parser import parse
 from kiln.ir.printer import text_with_params
+from kiln.runtime.aot import AotModule, MemoryReport
 from kiln.runtime.executor import CompiledKernel, CompiledModule, _bindings, primitive_functions
 from kiln.runtime.kernel_signature import ArtifactError, decode_signature, encode_params
 from kiln.tir.stmt import Buffer
@@ -78,9 +79,12 @@ def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
     return CompiledModule(fused, compiled, host, library)
 
 
-def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any]) -> Path:
+def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any],
+           aot: AotModule | None = None) -> Path:
     """Write `cm` to `directory`: everything goes into a sibling temporary directory first, which is
-    renamed into place only when complete, so no failure leaves a partial model behind."""
+    renamed into place only when complete, so no failure leaves a partial model behind. With `aot`
+    (the library then holds its entry function), the AOT executor's weights, outputs and arena size
+    are saved too, so the loaded model runs through `kiln_model_run` again."""
     from kiln import __version__
 
     dest = Path(directory).resolve()
@@ -92,6 +96,7 @@ def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any
         text, params = text_with_params(cm.mod)
         weights = {f"param{i}": a for i, a in enumerate(params)}
         kernels = _kernel_records(cm, params, weights)
+        aot_meta = _aot_record(aot, params, weights) if aot is not None else None
         for name, a in weights.items():
             if a.dtype == object:
                 raise ArtifactError(f"weight {name} has dtype {a.dtype}; only numeric weights can be saved")
@@ -106,6 +111,7 @@ def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any
             "num_params": len(params), "graph": text, "kernels": kernels,
             "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
             "host_groups": list(cm.host_groups),
+            **({"aot": aot_meta} if aot_meta is not None else {}),
         }
         (tmp / GRAPH).write_text(json.dumps(meta, indent=1))
         _replace_dir(tmp, dest)
@@ -133,6 +139,34 @@ def _kernel_records(cm: CompiledModule, params: list[np.ndarray], weights: dict[
                        "constants": consts,
                        "params": encode_params(dataclasses.replace(k.func, params=k.signature))}
     return list(seen.values())
+
+
+def _aot_record(aot: AotModule, params: list[np.ndarray], weights: dict[str, np.ndarray]) -> dict[str, Any]:
+    by_id = {id(a): f"param{i}" for i, a in enumerate(params)}
+    keys = []
+    for j, a in enumerate(aot.weights):
+        key = by_id.get(id(a))
+        if key is None:
+            key = f"aot.weight{j}"
+            weights[key] = a
+        keys.append(key)
+    return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
+            "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report())}
+
+
+def load_aot(mod: IRModule, meta: dict[str, Any], directory: str | os.PathLike, library: Any) -> AotModule:
+    """The AOT executor of a saved model whose metadata has an "aot" record (see `export`)."""
+    rec = meta["aot"]
+    try:
+        with np.load(Path(directory) / WEIGHTS, allow_pickle=False) as z:
+            weights = [z[k] for k in rec["weights"]]
+        outputs = [(tuple(shape), np.dtype(dt)) for shape, dt in rec["outputs"]]
+        mem = rec["memory"]
+        report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
+        return AotModule(mod, weights, outputs, int(rec["arena_bytes"]), library, report)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
+        raise ArtifactError(f"{Path(directory) / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
+                            ) from None
 
 
 def _kernel_name(cm: CompiledModule, fn: Function) -> str | None:
