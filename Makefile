@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 JOBS ?= 2
 
-.PHONY: demo test test-slow conformance conformance-compiled lint clean check-tools
+.PHONY: demo test test-slow conformance conformance-compiled bench bench-gemm limits lint clean check-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -35,6 +35,18 @@ conformance: $(STAMP)
 # every node case through the compiled path: pass rate and the cases that ran a group on the host
 conformance-compiled: $(STAMP)
 	$(PY) -m tests.conformance.test_compiled_cases
+
+# the performance benchmark: Kiln vs ONNX Runtime vs PyTorch eager on the model set (installs the pinned CPU torch)
+bench: check-tools $(STAMP)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) scripts/bench_models.py --json bench_results.json
+
+bench-gemm: check-tools $(STAMP)
+	$(PY) scripts/bench_gemm.py
+
+# this machine's FP32 FMA peak, SGEMM ceiling and memory bandwidth
+limits: check-tools $(STAMP)
+	$(PY) scripts/machine_limits.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kiln tests

@@ -39,15 +39,25 @@ def symbolic_dims(model: Any) -> list[str]:
     return names
 
 
-def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
-            say: Callable[[str], None]) -> list[Engine]:
+def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int, records: Any,
+                 say: Callable[[str], None]) -> Engine:
     import kiln
 
     t0 = time.perf_counter()
-    sess = kiln.InferenceSession(kiln.build(mod, opt_level=opt_level), threads=threads)
-    say(f"kiln: built in {(time.perf_counter() - t0) * 1e3:.0f} ms ({sess.model.executor} executor"
+    sess = kiln.InferenceSession(kiln.build(mod, opt_level=opt_level, records=records), threads=threads)
+    tag = f"{sess.model.executor}{', tuned' if records is not None else ''}"
+    say(f"kiln: built in {(time.perf_counter() - t0) * 1e3:.0f} ms ({tag} executor"
         + (f", {len(sess.model.host_groups)} group(s) on the host)" if sess.model.host_groups else ")"))
-    out = [Engine(f"kiln ({sess.model.executor})", lambda: sess.run(None, feeds))]
+    return Engine(f"kiln ({tag})", lambda: sess.run(None, feeds))
+
+
+def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
+            say: Callable[[str], None], records: Any = None) -> list[Engine]:
+    import kiln
+
+    out = [_kiln_engine(mod, feeds, threads, opt_level, None, say)]
+    if records is not None:  # the tuned build next to the untuned one, alternating like the others
+        out.append(_kiln_engine(mod, feeds, threads, opt_level, records, say))
     try:
         import onnxruntime as ort
     except ImportError:
@@ -62,7 +72,7 @@ def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, op
 
 
 def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
-          seed: int = 0, say: Callable[[str], None] = print) -> list[Engine]:
+          seed: int = 0, say: Callable[[str], None] = print, records: Any = None) -> list[Engine]:
     import kiln
     from kiln.build import fix_dims, flop_count
     from kiln.cli import random_feeds
@@ -84,7 +94,7 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     flops = flop_count(mod)
     say(f"inputs: {', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}; threads {threads}; "
         f"{runs} runs after {warmup} warmup; {flops / 1e9:.4f} GFLOP per run (conv/matmul/gemm)")
-    eng = engines(model, mod, feeds, threads, opt_level, say)
+    eng = engines(model, mod, feeds, threads, opt_level, say, records)
     results = [e.run() for e in eng]
     for _ in range(warmup):
         for e in eng:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from kiln.runtime import artifact
 from kiln.runtime.aot import AotError, AotModule, build_aot
 from kiln.runtime.executor import CompiledModule, fuse, lower_groups
 from kiln.transform import PassContext, PassTiming
+from kiln.tune.apply import Tuned
 
 TARGETS = ("c",)
 EXECUTORS = ("auto", "aot", "graph")
@@ -79,6 +80,7 @@ class CompiledModel:
     runner: AotModule | CompiledModule
     opt_level: int
     report: BuildReport = field(default_factory=BuildReport)
+    tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         return self.runner.run(feeds)
@@ -115,7 +117,7 @@ class CompiledModel:
         """The kernel-by-kernel view of the same library (the AOT library exports every kernel too)."""
         if isinstance(self.runner, CompiledModule):
             return self.runner
-        _, kernel_of, host = lower_groups(self.mod)
+        _, kernel_of, host = lower_groups(self.mod, self.tuned)
         lib = self.runner.library
         return artifact.assemble(self.mod, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
 
@@ -133,11 +135,14 @@ def is_static(mod: IRModule) -> bool:
 
 
 def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = "auto",
-          progress: Callable[[str], None] | None = None) -> CompiledModel:
+          progress: Callable[[str], None] | None = None,
+          records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
 
     executor: "auto" (AOT where it applies, else "graph"), "aot" (fail if it does not apply), or
-    "graph" (kernel by kernel). `progress` receives one line per finished stage."""
+    "graph" (kernel by kernel). `progress` receives one line per finished stage. `records`: a tuning
+    records file (`kiln tune`), or workload key -> config; each group with a record for this target
+    is scheduled with its fastest config."""
     if target not in TARGETS:
         raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
     if executor not in EXECUTORS:
@@ -149,47 +154,61 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
         t0 = time.perf_counter()
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
+    tuned = _load_records(records, report, progress) if records is not None else None
     use_aot = executor == "aot" or (executor == "auto" and is_static(model))
     if use_aot:
         try:
-            return _build_aot(model, opt_level, report, progress)
+            return _build_aot(model, opt_level, report, progress, tuned)
         except AotError as e:
             if executor == "aot":
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
-    return _build_graph(model, opt_level, report, progress)
+    return _build_graph(model, opt_level, report, progress, tuned)
+
+
+def _load_records(records: Any, report: BuildReport, progress: Callable[[str], None] | None) -> Tuned:
+    t0 = time.perf_counter()
+    tuned = Tuned.load(records)
+    where = f" from {records}" if isinstance(records, (str, os.PathLike)) else ""
+    report.add("records", time.perf_counter() - t0, f"{len(tuned.configs)} tuned workload(s){where}", progress)
+    return tuned
+
+
+def _tuned_note(tuned: Tuned | None) -> str:
+    return f" ({len(tuned.applied)} with tuned schedules)" if tuned is not None else ""
 
 
 def _build_aot(mod: IRModule, opt_level: int, report: BuildReport,
-               progress: Callable[[str], None] | None) -> CompiledModel:
+               progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
-    aot = build_aot(mod, opt_level, ctx=PassContext(opt_level, instruments=[timing]), cache=cache)
+    aot = build_aot(mod, opt_level, ctx=PassContext(opt_level, instruments=[timing]), cache=cache, tuned=tuned)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)
     report.add("passes", passes, f"{len(timing.times)} pass runs", progress)
-    report.add("lower", total - passes - cache.seconds, f"{kernels} kernels, memory plan: {aot.memory_report()}",
-               progress)
+    report.add("lower", total - passes - cache.seconds,
+               f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
-    return CompiledModel(aot.mod, "aot", aot, opt_level, report)
+    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned)
 
 
 def _build_graph(mod: IRModule, opt_level: int, report: BuildReport,
-                 progress: Callable[[str], None] | None) -> CompiledModel:
+                 progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
     fused = fuse(mod, opt_level, PassContext(opt_level, instruments=[timing]))
     report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
     t0 = time.perf_counter()
-    lowered, kernel_of, host = lower_groups(fused)
+    lowered, kernel_of, host = lower_groups(fused, tuned)
     report.add("lower", time.perf_counter() - t0,
-               f"{len(lowered)} kernels" + (f", {len(host)} group(s) on the host" if host else ""), progress)
+               f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
+               progress)
     lib = build_c([k.func for k in lowered], "model", cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
-    return CompiledModel(fused, "graph", cm, opt_level, report)
+    return CompiledModel(fused, "graph", cm, opt_level, report, tuned)
 
 
 def _compiled(report: BuildReport, cache: _CountingCache, kernels: int, progress: Callable[[str], None] | None):

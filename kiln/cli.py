@@ -1,4 +1,4 @@
-"""The `kiln` command: compile, run, bench, show, demo.
+"""The `kiln` command: compile, run, bench, tune, show, demo.
 
 User mistakes (bad file, unsupported op, wrong input) print the error message, not a traceback,
 and exit with status 2.
@@ -99,10 +99,13 @@ def _runner(args: argparse.Namespace):
     import kiln
 
     if os.path.isdir(args.model):
+        if args.records:
+            raise InputError(f"--records applies when compiling; {args.model} is already compiled")
         sess = kiln.load(args.model)
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     mod = kiln.from_onnx(args.model)
-    run = kiln.build(mod).run if args.executor == "compiled" else functools.partial(kiln.evaluate, mod)
+    compiled = args.executor == "compiled" or args.records  # tuning records only mean something compiled
+    run = kiln.build(mod, records=args.records).run if compiled else functools.partial(kiln.evaluate, mod)
     return mod, list(mod.output_names), run
 
 
@@ -206,7 +209,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if dims:
         model = fix_dims(model, dims)
     print(f"compiling {args.model} (opt_level {args.opt_level})")
-    compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor,
+    compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor, records=args.records,
                           progress=lambda line: print(f"  {line}", flush=True))
     t1 = time.perf_counter()
     out = compiled.export(args.output)
@@ -224,8 +227,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.bench import bench
 
-    bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed)
+    bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed,
+          records=args.records)
     return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from kiln.tune.command import run_tune
+
+    return run_tune(args.model, _parse_dims(args.dim), args.records, trials=args.trials, threads=args.threads,
+                    timeout=args.timeout, batch=args.batch, opt_level=args.opt_level, seed=args.seed)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -248,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dim", action="append", metavar="NAME=VALUE", help="fix a symbolic dim to a size")
     c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
                    help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
+    c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="run a model on given or random inputs",
@@ -260,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim for random inputs")
     r.add_argument("--output-dir", metavar="DIR", help="write each output as DIR/NAME.npy")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--records", metavar="FILE", help="compile with the best configs of a `kiln tune` log "
+                   "(implies --executor compiled)")
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("bench", help="time Kiln, ONNX Runtime and the interpreter on a model",
@@ -274,7 +288,28 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
                    help="Kiln's graph optimization level (default 2)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    b.add_argument("--records", metavar="FILE", help="also time Kiln built with the best configs of a "
+                   "`kiln tune` log, next to the untuned build")
     b.set_defaults(fn=cmd_bench)
+
+    t = sub.add_parser("tune", help="search kernel schedules for a model and log the fastest",
+                       description="Find the tunable fused groups of MODEL.onnx, measure schedule candidates "
+                                   "chosen by a learned cost model, and append every measurement to a records "
+                                   "file that `kiln compile/run/bench --records` apply.")
+    t.add_argument("model", help="path to an .onnx file")
+    t.add_argument("--records", required=True, metavar="FILE", help="JSON-lines log to append to (resumes "
+                   "from what it already holds)")
+    t.add_argument("--trials", type=int, default=64, help="measurements in all, over every task (default 64)")
+    t.add_argument("--threads", type=int, default=None, help="threads kernels run with while measured "
+                   "(default: all cores)")
+    t.add_argument("--timeout", type=float, default=10.0, help="seconds one candidate may take before it "
+                   "counts as failed (default 10)")
+    t.add_argument("--batch", type=int, default=8, help="candidates compiled and measured together (default 8)")
+    t.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim (default 1)")
+    t.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
+                   help="graph optimization level, as for the builds that will use the records (default 2)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
+    t.set_defaults(fn=cmd_tune)
 
     s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx.")
     s.add_argument("model", help="path to an .onnx file")

@@ -16,7 +16,8 @@ import numpy as np
 
 from kiln.codegen import intrinsics
 from kiln.codegen.c_types import (HELPER_SUFFIX, LOAD_CONVERT, NARROW_INTS, ROUND_HELPER, SMALL_FLOAT_SUFFIX,
-                                  UNSIGNED_INTS, CodegenError, ModuleDecls, is_float_value, scalar_ctype)
+                                  SUB_BYTE_WRAP, UNSIGNED_INTS, CodegenError, ModuleDecls, is_float_value,
+                                  scalar_ctype)
 from kiln.codegen.names import NameScope
 from kiln.codegen.offsets import flat_offset, is_const
 from kiln.ir.dtype import to_numpy
@@ -62,14 +63,14 @@ class ExprPrinter:
         ops = operands(e)
         lanes = [lanes_of(o.dtype) for o in ops] + [lanes_of(e.dtype)]
         if max(lanes) == 1:
-            return rule(self, e, [self.expr(o) for o in ops])
+            return wrap_sub_byte(e, rule(self, e, [self.expr(o) for o in ops]))
         native = VECTOR_NATIVE.get(type(e))
-        if native is not None and min(lanes) == max(lanes) and native[1](e):
+        if native is not None and min(lanes) == max(lanes) and native[1](e) and elem_of(e.dtype) not in SUB_BYTE_WRAP:
             return f"({self.expr(ops[0])} {native[0]} {self.expr(ops[1])})"
         if lanes_of(e.dtype) != max(lanes):  # NOTE: `-vec` builds Sub(scalar 0, vec), typed scalar
             raise CodegenError(f"{type(e).__name__} of dtype {e.dtype} has {max(lanes)}-lane operands; "
                                "Broadcast the scalar side")
-        return self.lanewise(e.dtype, ops, lambda args: rule(self, e, args))
+        return self.lanewise(e.dtype, ops, lambda args: wrap_sub_byte(e, rule(self, e, args)))
 
     def lanewise(self, dtype: str, ops: list[E.PrimExpr], spell: Callable[[list[str]], str]) -> str:
         """A vector of `dtype` whose lane l is spell(lane l of each operand); scalars are shared."""
@@ -196,6 +197,13 @@ def wrap(dtype: str, s: str) -> str:
     return f"(({scalar_ctype(dtype)}){s})" if elem_of(dtype) in NARROW_INTS else s
 
 
+def wrap_sub_byte(e: E.PrimExpr, s: str) -> str:
+    """An int4/uint4/int2/uint2 result (computed in a wider C type) reduced back into its range;
+    casts, selects and comparisons already give values in range."""
+    fn = SUB_BYTE_WRAP.get(elem_of(e.dtype))
+    return s if fn is None or isinstance(e, (E.Cast, E.Select)) else f"{fn}({s})"
+
+
 def infix(op: str) -> Callable:
     return lambda p, e, a: wrap(e.dtype, f"({a[0]} {op} {a[1]})")
 
@@ -227,17 +235,26 @@ def _floor_mod(p, e, a):
 
 
 def _cast(p, e, a):
+    """Casts round like numpy and ml_dtypes: double -> float16 rounds once (through float rounded to odd),
+    double -> ml_dtypes floats through float; floats reach sub-byte ints through int32, integers wrap."""
     src, dst = elem_of(e.value.dtype), elem_of(e.dtype)
     if dst == "bool":
         return f"({a[0]} != 0)"
     if dst in ROUND_HELPER:
-        return a[0] if src == dst else f"{ROUND_HELPER[dst]}((float){a[0]})"
+        if src == dst:
+            return a[0]
+        odd = src == "float64" and dst == "float16"
+        return f"{ROUND_HELPER[dst]}({'kiln_f64_to_f32_odd' if odd else '(float)'}({a[0]}))"
+    if dst in SUB_BYTE_WRAP:
+        if src == dst:
+            return a[0]
+        return f"{SUB_BYTE_WRAP[dst]}({'kiln_trunc_i32' if is_float_value(src) else '(int64_t)'}({a[0]}))"
     return f"(({scalar_ctype(dst)}){a[0]})"
 
 
 def _call(p, e, a):
     """Intrinsics; a reinterpret to or from float8/float4 (values are floats) goes through its byte."""
-    if e.name == "reinterpret" and lanes_of(e.dtype) == 1:
+    if e.name == "reinterpret":  # NOTE: vector calls are spelled lane by lane, so `a` are scalars
         src, dst = elem_of(e.args[0].dtype), elem_of(e.dtype)
         if dst in SMALL_FLOAT_SUFFIX:
             return f"kiln_{SMALL_FLOAT_SUFFIX[dst]}_to_f32((uint8_t){a[0]})"

@@ -2,15 +2,21 @@
 
 Every function gets the uniform ABI `int32_t kiln_fn_NAME(const kiln_value_t* args, int32_t num_args)`
 (buffers as `.p`, integer scalars as `.i`, float scalars as `.f`, in parameter order; 0 means success)
-so ctypes and a generated C main call any kernel the same way. It unpacks into a typed static
-`kiln_body_NAME`, which code in the same module (an AOT main) may call directly.
+so ctypes and a generated C main call any kernel the same way. It unpacks into a typed
+`kiln_body_NAME` (static unless the compiler builds the module as several translation units, see
+kiln.codegen.cache), which code in the same module (an AOT main) may call directly.
+
+Each function is rendered on its own (`render`: symbols are placeholders, the module-wide
+declarations it needs travel with it), so a kernel cache can store the rendering and a later build
+assembles the module without lowering or printing again. `UNIT_MARK` starts each function's part.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kiln.codegen import runtime_lib
 from kiln.codegen.c_stmt import ALLOC_ERROR_FLAG, FunctionPrinter
@@ -28,7 +34,7 @@ class FuncInfo:
 
     func: PrimFunc
     symbol: str  # the exported uniform-ABI entry
-    body_symbol: str  # the typed static function
+    body_symbol: str  # the typed body (KILN_BODY linkage)
 
 
 @dataclass(frozen=True)
@@ -37,18 +43,56 @@ class CSource:
     functions: dict[str, FuncInfo]  # by PrimFunc name
 
 
+# a PrimFunc attr holding its RenderedFunc (a kernel from the kernel cache has no loops to print)
+RENDERED_ATTR = "c_rendered"
+UNIT_MARK = "/* kiln:unit */"  # starts each function's part of the module (cache.py splits there)
+_FN, _BODY = "@KILN_FN@", "@KILN_BODY@"  # symbol placeholders: '@' never appears in generated C
+_LINKAGE = "#ifndef KILN_BODY\n#define KILN_BODY static\n#endif"
+
+
+@dataclass(frozen=True)
+class RenderedFunc:
+    """One function's C with placeholder symbols, and the module declarations it needs (in order)."""
+
+    code: str
+    vector_types: tuple[tuple[str, str], ...] = ()
+    externs: tuple[tuple[str, str], ...] = ()
+    prototype: str = ""  # the typed body's declaration, placeholder symbol
+    body: Any = field(default=None, compare=False, repr=False)  # the Stmt it renders: a rewritten body re-renders
+
+
+def render(f: PrimFunc) -> RenderedFunc:
+    """`f`'s C, independent of the module it ends up in (its printer's names are its own)."""
+    cached = f.attr(RENDERED_ATTR)
+    if cached is not None and cached.body is f.body:
+        return cached
+    decls = ModuleDecls()
+    code = _function(FuncInfo(f, _FN, _BODY), decls)
+    head = code.split("\n", 1)[0]
+    return RenderedFunc(code, tuple(decls.vector_types.items()), tuple(decls.externs.items()),
+                        head.removesuffix(" {") + ";", f.body)
+
+
 def generate(funcs: Sequence[PrimFunc]) -> CSource:
     decls, module_scope = ModuleDecls(), NameScope()
     infos: dict[str, FuncInfo] = {}
     bodies: list[str] = []
+    protos: list[str] = []
     for f in funcs:
         if f.name in infos:
             raise CodegenError(f"two functions are named {f.name!r}")
         c = module_scope.get(f, f.name)
         info = FuncInfo(f, f"kiln_fn_{c}", f"kiln_body_{c}")
         infos[f.name] = info
-        bodies.append(_function(info, decls))
-    code = "\n".join([RUNTIME_HEADER.read_text(), runtime_lib.source(funcs), *decls.lines(), "", *bodies])
+        r = render(f)
+        for name, typedef in r.vector_types:
+            decls.vector_types.setdefault(name, typedef)
+        for name, proto in r.externs:
+            decls.extern(name, proto)
+        protos.append(r.prototype.replace(_BODY, info.body_symbol))
+        bodies += [UNIT_MARK, r.code.replace(_FN, info.symbol).replace(_BODY, info.body_symbol)]
+    code = "\n".join([RUNTIME_HEADER.read_text(), runtime_lib.source(funcs), *decls.lines(), _LINKAGE, *protos, "",
+                      *bodies])
     return CSource(code, infos)
 
 
@@ -78,7 +122,7 @@ def _function(info: FuncInfo, decls: ModuleDecls) -> str:
     inout = {v: printer.scope.fresh(f"{v.name}_inout") for v in runtime_lib.data_dependent_vars(f)}
     params = [f"int64_t* {inout[p]}" if p in inout else d for p, d in zip(f.params, params)]
     printer.stmt(f.body)
-    head = [f"static int32_t {info.body_symbol}({', '.join(params) or 'void'}) {{"]
+    head = [f"KILN_BODY int32_t {info.body_symbol}({', '.join(params) or 'void'}) {{"]
     head += [f"  {scalar_ctype(v.dtype)} {printer.var(v)} = ({scalar_ctype(v.dtype)})*{p};"
              for v, p in inout.items()]
     if printer.uses_heap:

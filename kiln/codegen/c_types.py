@@ -2,16 +2,15 @@
 
 Values are computed in VALUE_CTYPE and stored in STORAGE_CTYPE: float16/bfloat16 live in memory as
 uint16_t and are computed as float (rounded at casts and stores), float8/float4 likewise as uint8_t
-(float4_e2m1fn one value per byte, as numpy lays it out), bool is a 0/1 uint8_t.
+(float4_e2m1fn one value per byte, as numpy lays it out), bool is a 0/1 uint8_t. int4/uint4/int2/uint2
+are one value per byte too, in its low bits (ml_dtypes' layout: the high bits are zero when written and
+ignored when read); their values are int8_t/uint8_t, wrapped back into range after every operation.
 """
 
 from __future__ import annotations
 
 from kiln.errors import CodegenError  # noqa: F401  (re-exported)
 from kiln.tir.expr import elem_of, lanes_of
-
-
-
 
 VALUE_CTYPE = {
     "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
@@ -22,23 +21,28 @@ VALUE_CTYPE = {
 SMALL_FLOAT_SUFFIX = {"float8_e4m3fn": "f8e4m3fn", "float8_e4m3fnuz": "f8e4m3fnuz", "float8_e5m2": "f8e5m2",
                       "float8_e5m2fnuz": "f8e5m2fnuz", "float8_e8m0fnu": "f8e8m0fnu", "float4_e2m1fn": "f4e2m1fn"}
 VALUE_CTYPE.update(dict.fromkeys(SMALL_FLOAT_SUFFIX, "float"))
+# sub-byte int dtype -> the kiln_runtime.h helper that wraps an int64_t into its range (two's complement)
+SUB_BYTE_WRAP = {"int4": "kiln_wrap_i4", "uint4": "kiln_wrap_u4", "int2": "kiln_wrap_i2", "uint2": "kiln_wrap_u2"}
+VALUE_CTYPE.update({"int4": "int8_t", "uint4": "uint8_t", "int2": "int8_t", "uint2": "uint8_t"})
 STORAGE_CTYPE = {**VALUE_CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t",
-                 **dict.fromkeys(SMALL_FLOAT_SUFFIX, "uint8_t")}
+                 **dict.fromkeys(SMALL_FLOAT_SUFFIX, "uint8_t"), **dict.fromkeys(SUB_BYTE_WRAP, "uint8_t")}
 SIZEOF = {"uint8_t": 1, "int8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "float": 4,
           "int64_t": 8, "uint64_t": 8, "double": 8}
 # the suffix of runtime helpers (kiln_min_i32, kiln_floordiv_i64, ...) for a value type
 HELPER_SUFFIX = {"uint8_t": "u8", "int8_t": "i8", "int16_t": "i16", "uint16_t": "u16", "int32_t": "i32",
                  "uint32_t": "u32", "int64_t": "i64", "uint64_t": "u64", "float": "f32", "double": "f64"}
-# float16/bfloat16/float8/float4 loads and stores convert between storage and value
+# float16/bfloat16/float8/float4 loads and stores convert between storage and value; sub-byte ints
+# are read from the byte's low bits (sign-extended) and written as those bits
 LOAD_CONVERT = {"float16": "kiln_f16_to_f32", "bfloat16": "kiln_bf16_to_f32",
-                **{d: f"kiln_{s}_to_f32" for d, s in SMALL_FLOAT_SUFFIX.items()}}
+                **{d: f"kiln_{s}_to_f32" for d, s in SMALL_FLOAT_SUFFIX.items()}, **SUB_BYTE_WRAP}
 STORE_CONVERT = {"float16": "kiln_f32_to_f16", "bfloat16": "kiln_f32_to_bf16",
-                 **{d: f"kiln_f32_to_{s}" for d, s in SMALL_FLOAT_SUFFIX.items()}}
+                 **{d: f"kiln_f32_to_{s}" for d, s in SMALL_FLOAT_SUFFIX.items()},
+                 "int4": "kiln_wrap_u4", "uint4": "kiln_wrap_u4", "int2": "kiln_wrap_u2", "uint2": "kiln_wrap_u2"}
 # the runtime helper that rounds a float to the value a narrow float dtype holds
 ROUND_HELPER = {"float16": "kiln_round_f16", "bfloat16": "kiln_round_bf16",
                 **{d: f"kiln_round_{s}" for d, s in SMALL_FLOAT_SUFFIX.items()}}
 NARROW_INTS = ("int8", "int16", "uint8", "uint16")
-UNSIGNED_INTS = ("bool", "uint8", "uint16", "uint32", "uint64")
+UNSIGNED_INTS = ("bool", "uint8", "uint16", "uint32", "uint64", "uint4", "uint2")
 
 
 def scalar_ctype(dtype: str) -> str:

@@ -18,8 +18,6 @@ LIBS: tuple[str, ...] = ("-lm",)
 ERROR_LINES = 12  # how much of gcc's complaint an error message quotes
 
 
-
-
 def find_compiler(cc: str = "gcc") -> str:
     """The absolute path of `cc` (a name looked up on PATH, or a path)."""
     found = shutil.which(cc)
@@ -54,11 +52,31 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 def compile_shared(source: Path, output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:
     """Compile one C file into a shared library at `output`."""
-    cmd = [cc_path, *flags, "-o", str(output), str(source), *LIBS]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    _check(subprocess.run([cc_path, *flags, "-o", str(output), str(source), *LIBS], capture_output=True, text=True),
+           cc_path, f"generated source {source}")
+
+
+def object_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags that compile one translation unit of a library (`-c`, not `-shared`)."""
+    return tuple(f for f in flags if f != "-shared") + ("-c",)
+
+
+def compile_object(source: Path, output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:
+    """Compile one translation unit of a library into an object file (`flags` are the library's)."""
+    _check(subprocess.run([cc_path, *object_flags(flags), "-o", str(output), str(source)], capture_output=True,
+                          text=True), cc_path, f"generated source {source}")
+
+
+def link_shared(objects: list[Path], output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:
+    """Link object files into one shared library (the flags carry -shared and -fopenmp)."""
+    _check(subprocess.run([cc_path, *flags, "-o", str(output), *map(str, objects), *LIBS], capture_output=True,
+                          text=True), cc_path, f"objects {', '.join(o.name for o in objects)}")
+
+
+def _check(proc: subprocess.CompletedProcess, cc_path: str, what: str) -> None:
     if proc.returncode != 0:
         lines = proc.stderr.splitlines()
         errors = [ln for ln in lines if "error" in ln] or lines
         raise CompileError(
-            f"{Path(cc_path).name} failed (exit {proc.returncode}) on generated source {source} "
+            f"{Path(cc_path).name} failed (exit {proc.returncode}) on {what} "
             f"(kept for inspection):\n" + "\n".join(errors[:ERROR_LINES]))

@@ -58,6 +58,10 @@ def _reinterpret(p, e, a):
         return f"kiln_{halves[dst]}_to_f32((uint16_t){a[0]})"
     if src in halves:
         return f"(({scalar_ctype(dst)})kiln_f32_to_{halves[src]}({a[0]}))"
+    if dst == "float32" and src in ("int32", "uint32"):  # a function, not a local: vectorizes in nested loops
+        return f"kiln_bits_f32((uint32_t){a[0]})"
+    if src == "float32" and dst in ("int32", "uint32"):
+        return f"(({scalar_ctype(dst)})kiln_f32_bits({a[0]}))"
     s, r = p.tmp(), p.tmp()
     return (f"({{ {scalar_ctype(src)} {s} = {a[0]}; {scalar_ctype(dst)} {r}; "
             f"__builtin_memcpy(&{r}, &{s}, sizeof({r})); {r}; }})")

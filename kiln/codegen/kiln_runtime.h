@@ -116,15 +116,37 @@ static inline uint8_t kiln_f32_to_f8e8m0fnu(float x) {
 }
 static inline float kiln_round_f8e8m0fnu(float x) { return kiln_f8e8m0fnu_to_f32(kiln_f32_to_f8e8m0fnu(x)); }
 
+/* int4/uint4/int2/uint2 live one value per byte, in its low bits (ml_dtypes' layout), and are computed
+ * as int8_t/uint8_t. kiln_wrap_* reduces an integer into the type's range (two's complement: the low
+ * bits, sign-extended): it decodes a stored byte, and kiln_wrap_u4/u2 encode one. A float
+ * converts like ml_dtypes: truncated to int32 (NaN and values outside int32 give INT32_MIN, whose low
+ * bits are 0), then wrapped. */
+static inline int8_t kiln_wrap_i4(int64_t v) { return (int8_t)((int32_t)((v & 0xf) ^ 0x8) - 0x8); }
+static inline uint8_t kiln_wrap_u4(int64_t v) { return (uint8_t)(v & 0xf); }
+static inline int8_t kiln_wrap_i2(int64_t v) { return (int8_t)((int32_t)((v & 0x3) ^ 0x2) - 0x2); }
+static inline uint8_t kiln_wrap_u2(int64_t v) { return (uint8_t)(v & 0x3); }
+static inline int64_t kiln_trunc_i32(double x) {
+  return (x > -2147483649.0 && x < 2147483648.0) ? (int64_t)(int32_t)x : 0;
+}
+
+/* float64 -> float rounded to odd: a later round-to-nearest to any format with at most 22 significand
+ * bits (float16 and narrower) then equals rounding the double directly (no double rounding). */
+static inline float kiln_f64_to_f32_odd(double x) {
+  float f = (float)x;
+  if ((double)f == x || f != f) return f;
+  if (fabs((double)f) > fabs(x)) f = nextafterf(f, 0.0f);  /* truncate toward zero ... */
+  return kiln_bits_f32(kiln_f32_bits(f) | 1u);                /* ... and make it odd */
+}
+
 static inline float kiln_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline double kiln_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* Integer floor division/modulo (round toward -inf); C's / and % truncate. */
 #define KILN_FLOOR_INT(T, S)                                                          \
   static inline T kiln_floordiv_##S(T a, T b) {                                       \
-    T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? (T)(q - 1) : q; }      \
+    T q = a / b, r = a % b; return (T)(q - ((r != 0) & ((r ^ b) < 0))); }            \
   static inline T kiln_floormod_##S(T a, T b) {                                       \
-    T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; }
+    T r = a % b; return (T)(r + (((r != 0) & ((r ^ b) < 0)) ? b : 0)); }
 KILN_FLOOR_INT(int8_t, i8) KILN_FLOOR_INT(int16_t, i16) KILN_FLOOR_INT(int32_t, i32) KILN_FLOOR_INT(int64_t, i64)
 
 static inline float kiln_floormod_f32(float a, float b) {

@@ -87,8 +87,9 @@ def _dtype(a: np.ndarray) -> str:
     return from_numpy(a.dtype)
 
 
-def lower_primitive(fn: Function, name: str) -> Kernel:
-    """Lower one Primitive function to a PrimFunc named `name`."""
+def lower_primitive(fn: Function, name: str, *, passes: bool = True) -> Kernel:
+    """Lower one Primitive function to a PrimFunc named `name`. passes=False stops before the tir
+    passes: the scheduled loop nest as the schedule made it (the tuner's cost model reads it)."""
     sizes: dict[str, tir.Var] = {}
     env: dict[int, object] = {}
     params = []
@@ -104,7 +105,8 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
         if isinstance(e, Constant):
             env[id(e)] = _constant_tensor(e, consts)
         elif isinstance(e, Call) and isinstance(e.op, Op):
-            if e.op.pattern != Pattern.ELEMWISE and any(_has_unknown_dim(a.type) for a in e.args):
+            if e.op.pattern != Pattern.ELEMWISE and not getattr(e.op, "extra", {}).get("runtime_broadcast") \
+                    and any(_has_unknown_dim(a.type) for a in e.args):
                 raise LoweringError(f"{name}: {e.op.name} on dims only known at run time (which of them "
                                     f"broadcast is decided by the data)")
             ins = [None if is_absent(a) else env[id(a)] for a in e.args]
@@ -128,7 +130,8 @@ def lower_primitive(fn: Function, name: str) -> Kernel:
     outputs = [_materialize(o, params) for o in outputs]
     sched = schedule_group(outputs, _anchor(fn))
     func = create_prim_func(sched, name, inputs=params + [t for t, _ in consts])
-    return Kernel(lower_passes(func, skip=KERNEL_SKIPPED_PASSES), [a for _, a in consts], len(params),
+    lowered = lower_passes(func, skip=KERNEL_SKIPPED_PASSES) if passes else func
+    return Kernel(lowered, [a for _, a in consts], len(params),
                   [_tensor_type(t, name) for t in out_types], func.params)
 
 

@@ -516,7 +516,20 @@ def _cast_ref(attrs: CastAttrs, x: np.ndarray) -> np.ndarray:
         if attrs.to in FLOAT8 and attrs.saturate:
             top = float(ml_dtypes.finfo(target).max)
             x = np.clip(wide(x), -top, top)
-        return np.asarray(x.astype(target))
+        return np.asarray(_astype(x, target))
+
+
+def _astype(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """x.astype(target), through int64 (integers: wraps as ONNX says) or float32 where ml_dtypes has no
+    direct cast (between its sub-byte ints, or between them and float8_e8m0fnu)."""
+    try:
+        return x.astype(target)
+    except TypeError:
+        via = np.int64 if np.issubdtype(x.dtype, np.integer) or x.dtype.name in SUB_BYTE_INTS else np.float32
+        return x.astype(via).astype(target)
+
+
+SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
 
 
 cast = define_op("math.cast", pattern=ELEMWISE, attrs=CastAttrs, infer=_cast_rel, ref=_cast_ref,

@@ -270,7 +270,8 @@ conv2d_nhwc = define_op(
 
 @dataclass(frozen=True)
 class Conv2dNCHWcAttrs:
-    """data_layout NCHW[x]c, kernel_layout OIHW[x]i[y]o; the output is NCHW[y]c, bias is C[y]c."""
+    """data_layout NCHW[x]c, kernel_layout OIHW[x]i[y]o; the output is NCHW[y]c, bias is C[y]c.
+    `group` > 1 is a depthwise conv (one input channel per output channel): kernel OIHW1i[x]o."""
 
     data_layout: str
     kernel_layout: str
@@ -278,13 +279,15 @@ class Conv2dNCHWcAttrs:
     dilations: tuple[int, ...] | None = None
     pads: tuple[int, ...] | None = None
     strides: tuple[int, ...] | None = None
+    group: int = 1
 
 
 def nchwc_layouts(a: Conv2dNCHWcAttrs) -> tuple[str, str]:
     """(output layout, bias layout) of a blocked conv: both blocked by the kernel's `o` block."""
     k = parse_layout(a.kernel_layout)
     d = parse_layout(a.data_layout)
-    if k.block("I") != d.block("C") or not k.block("O"):
+    depthwise = a.group > 1 and k.block("I") == 1 and k.block("O") == d.block("C")
+    if (k.block("I") != d.block("C") and not depthwise) or not k.block("O"):
         raise TypeInferenceError(f"kernel_layout {a.kernel_layout} must block I as data_layout "
                                  f"{a.data_layout} blocks C, and block O")
     oc = k.block("O")

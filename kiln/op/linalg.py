@@ -1,4 +1,4 @@
-"""Linear algebra: matrix products (MatMul, Gemm, MatMulInteger), Einsum and Det."""
+"""Linear algebra: matrix products (MatMul, Gemm, MatMulInteger, packed dense), Einsum and Det."""
 
 from __future__ import annotations
 
@@ -217,3 +217,42 @@ def _det_rel(attrs, types, values) -> TensorType:
 det = define_op("linalg.det", pattern=OPAQUE, infer=_det_rel,
                 ref=lambda attrs, x: np.asarray(np.linalg.det(wide(x))).astype(x.dtype),
                 doc="Determinant of each [M, M] matrix in the trailing two dims.")
+
+
+# ---------------------------------------------------------------------------------------------
+# DensePacked: a matrix product whose constant B is packed in column panels (pack-dense's output)
+
+
+@dataclass(frozen=True)
+class DensePackedAttrs:
+    units: int  # N, the columns of the product (the panels may be zero-padded past it)
+
+
+def unpack_panels(w: np.ndarray, units: int) -> np.ndarray:
+    """The [K, N] matrix of a [N/nr, K, nr] panel-packed weight (padding columns dropped)."""
+    nb, k, nr = w.shape
+    return w.transpose(1, 0, 2).reshape(k, nb * nr)[:, :units]
+
+
+def _dense_packed_rel(attrs, types, values) -> TensorType:
+    a, w = tensor(types[0], "A"), tensor(types[1], "W")
+    dtype = same_dtype([a, w], "A and W")
+    check_dtype(a, dt.FLOATS, "A")
+    if w.ndim not in (None, 3):
+        raise TypeInferenceError(f"W must be packed [N/nr, K, nr], got {w}")
+    if a.shape is None:
+        return TensorType(None, dtype)
+    if not a.shape:
+        raise TypeInferenceError(f"A must have rank >= 1, got {a}")
+    if w.shape is not None:
+        unify_dim(a.shape[-1], w.shape[1], f"inner dims of A {a} and packed W {w}")
+        nb, nr = w.shape[0], w.shape[2]
+        if isinstance(nb, int) and isinstance(nr, int) and not (nb - 1) * nr < attrs.units <= nb * nr:
+            raise TypeInferenceError(f"packed W {w} does not hold {attrs.units} columns")
+    return TensorType(a.shape[:-1] + (attrs.units,), dtype)
+
+
+dense_packed = define_op(
+    "linalg.dense_packed", pattern=OUT_EWISE_FUSABLE, attrs=DensePackedAttrs, inputs=2, infer=_dense_packed_rel,
+    ref=lambda attrs, a, w: np.matmul(wide(a), wide(unpack_panels(w, attrs.units))).astype(a.dtype),
+    doc="A[..., K] @ W for a weight packed in column panels W[N/nr, K, nr] (zero past N): x86 dense.")

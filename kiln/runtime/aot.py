@@ -28,6 +28,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.executor import fuse, lower_groups
+from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
 from kiln.runtime.memory_plan import ALIGN, Step, plan_memory
 from kiln.tir.stmt import Buffer
@@ -198,15 +199,16 @@ class AotModule:
 
 def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = None,
               ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
-              flags: tuple[str, ...] = FLAGS) -> AotModule:
+              flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None) -> AotModule:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
+    `tuned`: tuning records' configs to schedule the groups with.
 
     `memory_limit` (bytes) bounds the arena of intermediates: a larger plan raises
     MemoryLimitError before anything is compiled or run."""
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
     fused = fuse(mod, opt_level, ctx)
-    lowered, kernels, host = lower_groups(fused)
+    lowered, kernels, host = lower_groups(fused, tuned)
     if host:
         raise AotError(f"{len(host)} fused group(s) cannot be compiled: {'; '.join(host)}{_HINT}")
     graph, outputs = _flatten(fused.main, kernels)

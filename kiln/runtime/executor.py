@@ -19,22 +19,23 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
-from kiln.codegen.c_source import generate
-from kiln.codegen.lower_fused import Kernel, lower_primitive
+from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KilnError
 from kiln.ir.dtype import to_numpy
-from kiln.ir.expr import Call, Expr, Function
+from kiln.ir.expr import Call, Expr, Function, Op
 from kiln.ir.module import IRModule
 from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
 from kiln.runtime.interpreter import Interpreter, Scope, check_input
+from kiln.runtime.kernel_cache import KernelCache
 from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk
 from kiln.tir.stmt import Buffer, For, LetStmt
 from kiln.transform import PassContext
 from kiln.transform.pipeline import optimize
+from kiln.tune.apply import Tuned
 
 
 Binding = tuple[str, int, int] | None  # ("in" | "out", which, axis); None: set by the kernel itself
@@ -103,6 +104,20 @@ class CompiledModule:
     library: Any = None
     specializers: dict[int, Any] = field(default_factory=dict)  # id(group) -> run-time Specializer
     ran_on_host: dict[int, str] = field(default_factory=dict)  # groups that ran on the host, and why
+    _outside: dict[int, str] | None = field(default=None, repr=False)
+
+    def ops_outside_groups(self) -> dict[int, str]:
+        """Operator calls FuseOps left outside every Primitive function (ops that take a function, such
+        as loops and flex attention): the interpreter runs them; id(call) -> why, for `ran_on_host`."""
+        if self._outside is None:
+            prim = {id(f) for f in primitive_functions(self.mod)}
+            self._outside = {}
+            for f in self.mod.functions.values():
+                for e in post_order(f, skip=prim):
+                    if isinstance(e, Call) and isinstance(e.op, Op):
+                        node = f" (node {e.name!r})" if getattr(e, "name", None) else ""
+                        self._outside[id(e)] = f"{e.op.name}{node} runs outside any fused group (in the interpreter)"
+        return self._outside
 
     def run(self, feeds: dict[str, Any], profile: dict[str, float] | None = None) -> list[Any]:
         main = self.mod.main
@@ -129,6 +144,7 @@ class _KernelInterpreter(Interpreter):
     def __init__(self, cm: CompiledModule, profile: dict[str, float] | None):
         super().__init__(cm.mod)
         self.cm, self.profile = cm, profile
+        self.outside = cm.ops_outside_groups()
 
     def _compute(self, e: Expr, scope: Scope) -> Any:
         if isinstance(e, Call) and isinstance(e.op, Function) and id(e.op) in self.cm.kernels:
@@ -140,6 +156,8 @@ class _KernelInterpreter(Interpreter):
                 key = k.kernel.func.name
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
             return tuple(outs) if len(k.kernel.output_types) > 1 or _returns_tuple(e.op) else outs[0]
+        if isinstance(e, Call) and isinstance(e.op, Op) and id(e) in self.outside:
+            self.cm.ran_on_host.setdefault(id(e), self.outside[id(e)])
         if isinstance(e, Call) and isinstance(e.op, Function) and e.op.attr("Primitive"):
             args = [scope.lookup(a)[1] for a in e.args]
             spec = self._specialized(e.op, args)
@@ -157,8 +175,13 @@ class _KernelInterpreter(Interpreter):
             sp = self.cm.specializers[id(fn)] = Specializer(fn, f"group{len(self.cm.specializers)}")
         spec = sp.kernel_for(args)
         if spec is None:
-            self.cm.ran_on_host[id(fn)] = sp.errors[-1] if sp.errors else "no small inputs to specialize on"
+            self.cm.ran_on_host[id(fn)] = sp.errors[-1] if sp.errors else (
+                f"a group of {', '.join(_op_names(fn))}: no kernel ahead of time, no small inputs to specialize on")
         return spec
+
+
+def _op_names(fn: Function) -> list[str]:
+    return sorted({e.op.name for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)})
 
 
 def _returns_tuple(fn: Function) -> bool:
@@ -184,21 +207,23 @@ def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> I
     return optimize(mod, opt_level, ctx)
 
 
-def lower_groups(fused: IRModule) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+def lower_groups(fused: IRModule, tuned: Tuned | None = None) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
     """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
-    kernel, why each group that could not be lowered runs on the host)."""
+    kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
+    records' configs: a group whose workload has one is scheduled with it."""
     lowered: list[Kernel] = []
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
     alias: dict[int, Kernel] = {}
+    kernels = KernelCache()
     for n, fn in enumerate(primitive_functions(fused)):
         same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
         if same is not None:
             alias[id(fn)] = same
             continue
         try:
-            k = lower_primitive(fn, f"fused_{n}")
-            generate([k.func])  # NOTE: a group the C backend cannot spell must not sink the whole library
+            # NOTE: a group the C backend cannot spell must not sink the whole library (the cache renders it)
+            k = kernels.lower(fn, f"fused_{n}", tuned)
         except KilnError as err:
             host.append(str(err))
             continue

@@ -22,3 +22,4 @@ from kiln.te.tensor import (  # noqa: F401
 )
 from kiln.te.schedule import Fuse, Schedule, Split, Stage, create_schedule  # noqa: F401,E402
 from kiln.te.lower import create_prim_func  # noqa: F401,E402
+from kiln.te.scan import ScanOp, scan  # noqa: F401,E402

@@ -183,7 +183,8 @@ class _Lowering:
         if isinstance(op, ExternOp):
             ins = [self.buffers[self.key(t)] for t in op.inputs]
             outs = [self.buffers[self.key(op.output(k))] for k in range(op.num_outputs)]
-            return Evaluate(Call("int32", op.func, (*ins, *outs, *op.scalars)))
+            body = op.lower_stmt(ins, outs)
+            return body if body is not None else Evaluate(Call("int32", op.func, (*ins, *outs, *op.scalars)))
         vals, rng = self.vals[st], self.ranges[st]
         vmap = {iv.var: canon(rng[iv].min + vals[iv]) for iv in st.root_iter_vars}
         idx = tuple(vals[iv] for iv in op.axis)

@@ -113,6 +113,15 @@ class ExternOp(Operation):
     def num_outputs(self) -> int:  # type: ignore[override]
         return len(self.out_shapes)
 
+    def lower_stmt(self, ins: Sequence[Any], outs: Sequence[Any]) -> Any:
+        """tir computing the outputs from the input/output Buffers; None (here): call `func`.
+        Subclasses whose body is tir (kiln.te.scan) override this and `evaluate`."""
+        return None
+
+    def evaluate(self, ins: Sequence[Any], sizes: dict) -> Any:
+        """numpy outputs from numpy inputs and dim sizes; None (here): run `func`'s reference."""
+        return None
+
 
 @dataclass(frozen=True, eq=False)
 class Tensor:

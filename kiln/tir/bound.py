@@ -8,10 +8,11 @@ wrap around becomes the whole dtype range, so bounds stay sound under integer ov
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-import numpy as np
+import ml_dtypes
 
 from kiln.ir.dtype import to_numpy
 from kiln.tir import expr as E
@@ -27,10 +28,11 @@ def is_int(dtype: str) -> bool:
     return not is_float(dtype)
 
 
+@functools.cache  # hot: bound analysis asks for it on every node; ml_dtypes.iinfo is slow
 def dtype_range(dtype: str) -> Interval:
     if elem_of(dtype) == "bool":
         return (0, 1)
-    info = np.iinfo(to_numpy(elem_of(dtype)))
+    info = ml_dtypes.iinfo(to_numpy(elem_of(dtype)))  # int4 and friends too
     return (int(info.min), int(info.max))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from kiln.ir.dtype import to_numpy
@@ -45,7 +46,7 @@ def wrap_int(value: int, dtype: str) -> int:
     """`value` reduced into the range of integer `dtype` (two's complement wraparound)."""
     if dtype == "bool":
         return int(bool(value))
-    info = np.iinfo(np_dtype(dtype))
+    info = ml_dtypes.iinfo(np_dtype(dtype))  # int4 and friends too
     span = int(info.max) - int(info.min) + 1
     return (int(value) - int(info.min)) % span + int(info.min)
 

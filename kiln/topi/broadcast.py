@@ -2,6 +2,8 @@
 variadic min/max/sum/mean, clip, where, prelu and swiglu.
 
 Integer division truncates toward zero (TruncDiv, C semantics); Mod is floor-mod unless fmod=1.
+Dims only known at run time (which of them broadcast is decided by the data) are read as
+(dim == 1 ? 0 : i), the output dim computed from the inputs' at run time.
 """
 
 from __future__ import annotations
@@ -11,13 +13,59 @@ from collections.abc import Callable, Sequence
 from kiln import te, tir
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import sigmoid, wide_dtype
-from kiln.topi.registry import broadcast_load, out_dims, register_compute
+from kiln.ir.types import ANY
+from kiln.op.registry import get_op
+from kiln.topi.registry import is_one, out_dims, register_compute, tensor_type
 
 
 def broadcast_compute(xs: Sequence[te.Tensor], out_type, f: Callable[..., PrimExpr], name: str) -> te.Tensor:
     """f applied to every input read at the output index (numpy broadcasting)."""
-    shape = out_dims(out_type, xs)
-    return te.compute(shape, lambda *i: f(*(broadcast_load(x, i) for x in xs)), name=name)
+    shape = broadcast_shape(out_type, xs)
+    return te.compute(shape, lambda *i: f(*(runtime_load(x, i, shape) for x in xs)), name=name)
+
+
+def broadcast_shape(out_type, xs: Sequence[te.Tensor]) -> tuple[PrimExpr, ...]:
+    """The output dims; one the type leaves unknown (ANY) is computed from the inputs' dims at run time."""
+    dims = list(out_dims(out_type, xs))
+    for k, d in enumerate(tensor_type(out_type).shape):
+        if d == ANY:
+            dims[k] = runtime_dim([x.shape[x.ndim - len(dims) + k] for x in xs if x.ndim - len(dims) + k >= 0])
+    return tuple(dims)
+
+
+def runtime_dim(ds: Sequence[PrimExpr]) -> PrimExpr:
+    """numpy's broadcast of dims that agree or are 1: max(a, b), but 0 when either is 0 (a size
+    expression in Min/Max/Mul, which the executor evaluates to allocate the output)."""
+    ds = [d for d in ds if not is_one(d)]
+    fixed = [d for d in ds if isinstance(d, tir.IntImm)]
+    if fixed or not ds:
+        return fixed[0] if fixed else tir.const(1)
+    acc = ds[0]
+    for d in ds[1:]:
+        if d is not acc:
+            acc = tir.max_(acc, d) * tir.min_(tir.min_(acc, d), tir.const(1))
+    return acc
+
+
+def runtime_load(x: te.Tensor, idx: Sequence[PrimExpr], shape: Sequence[PrimExpr]) -> PrimExpr:
+    """x read at output index idx under numpy broadcasting, where a dim not known to be the output's
+    (one only known at run time) broadcasts when it is 1: index (dim == 1 ? 0 : i)."""
+    off = len(idx) - x.ndim
+    out = []
+    for k, d in enumerate(x.shape):
+        i = idx[off + k]
+        if is_one(d):
+            out.append(tir.const(0))
+        elif isinstance(d, tir.IntImm) or d is shape[off + k]:
+            out.append(i)
+        else:
+            out.append(select(tir.eq(d, tir.const(1)), tir.const(0), i))
+    return x(*out)
+
+
+def _runtime_broadcast(name: str) -> None:
+    """Mark `name` as reading dims only known at run time correctly (kiln.codegen.lower_fused asks)."""
+    get_op(name).extra["runtime_broadcast"] = True
 
 
 def _wide(f: Callable[..., PrimExpr]) -> Callable[..., PrimExpr]:
@@ -35,6 +83,7 @@ def _register(name: str, f: Callable[..., PrimExpr], widen: bool = True) -> None
         return broadcast_compute(xs, out_type, _wide(f) if widen else f, name.split(".")[1])
 
     register_compute(name)(compute)
+    _runtime_broadcast(name)
 
 
 def _div(a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -146,3 +195,9 @@ def _swiglu(attrs, inputs, out_type, consts):
         return a * gate * b
 
     return broadcast_compute(inputs[:2], out_type, f, "swiglu")
+
+
+for _name in ("math.mod", "math.pow", "math.bit_shift", "nn.swiglu"):
+    _runtime_broadcast(_name)
+# gather_elements reads x at the index tensor's own coordinates (no dim broadcasts), so run-time dims are safe
+_runtime_broadcast("tensor.gather_elements")

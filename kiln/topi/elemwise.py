@@ -16,6 +16,7 @@ from kiln import te, tir
 from kiln.ir import dtype as dt
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import ComputeError, register_compute
+from kiln.topi.vmath import verf
 
 Fn = Callable[..., PrimExpr]
 
@@ -118,7 +119,7 @@ def _gelu(a, v):
     if a.approximate == "tanh":
         inner = _c(v, math.sqrt(2 / math.pi)) * (v + _c(v, 0.044715) * v * v * v)
         return _c(v, 0.5) * v * (_c(v, 1) + te.tanh(inner))
-    return _c(v, 0.5) * v * (_c(v, 1) + te.erf(v * _c(v, 1 / math.sqrt(2))))
+    return _c(v, 0.5) * v * (_c(v, 1) + verf(v * _c(v, 1 / math.sqrt(2))))  # float32: vectorizable erf
 
 
 _ACTIVATIONS: dict[str, Fn] = {
@@ -162,9 +163,13 @@ def _shrink(attrs, inputs, out_type, consts):
 
 @register_compute("math.cast")
 def _cast(attrs, inputs, out_type, consts):
+    """Sub-byte ints are held one per byte, so casts to and from them are plain (wrapping) casts;
+    float8_e8m0fnu follows its round_mode/saturate rules on the float32 exponent bits."""
     x, to = inputs[0], attrs.to
-    if "string" in (x.dtype, to) or to == "float8_e8m0fnu" or to in dt.SMALL_INTS or x.dtype in dt.SMALL_INTS:
+    if "string" in (x.dtype, to):
         raise ComputeError(f"math.cast from {x.dtype} to {to} has no compute")
+    if to == "float8_e8m0fnu":
+        return map_compute(x, lambda v: to_e8m0(v, attrs.saturate, attrs.round_mode), "cast")
 
     def f(v):
         if to in dt.SMALL_FLOATS and attrs.saturate:
@@ -176,21 +181,56 @@ def _cast(attrs, inputs, out_type, consts):
     return map_compute(x, f, "cast")
 
 
+def to_e8m0(v: PrimExpr, saturate: int, round_mode: str) -> PrimExpr:
+    """kiln.op.elemwise's e8m0 cast: |v|'s float32 exponent, rounded up/down/nearest on its fraction;
+    saturation clamps overflow and inf to 254, without it overflow and zero are NaN (255)."""
+    u32 = lambda n: tir.const(n, "uint32")
+    bits = tir.call("bitwise_and", tir.call("reinterpret", tir.cast("float32", v), dtype="uint32"), u32(0x7FFFFFFF),
+                    dtype="uint32")
+    exp = tir.call("shift_right", bits, u32(23), dtype="uint32")
+    frac = tir.call("bitwise_and", bits, u32(0x7FFFFF), dtype="uint32")
+    special = tir.eq(exp, u32(0xFF))
+    if round_mode == "up":
+        exp = exp + tir.cast("uint32", tir.ne(frac, u32(0)))
+    elif round_mode == "nearest":
+        exp = exp + tir.cast("uint32", frac >= u32(0x400000))
+    if saturate:
+        exp = select(special & tir.eq(frac, u32(0)), u32(0xFE), tir.min_(exp, u32(0xFE)))
+    else:
+        exp = select((exp > u32(0xFE)) | tir.eq(bits, u32(0)), u32(0xFF), exp)
+    exp = select(special & tir.ne(frac, u32(0)), u32(0xFF), exp)
+    return tir.call("reinterpret", tir.cast("uint8", exp), dtype="float8_e8m0fnu")
+
+
 @register_compute("math.bit_cast")
 def _bit_cast(attrs, inputs, out_type, consts):
     x, to = inputs[0], attrs.to
-    if np.dtype(dt.to_numpy(x.dtype)).itemsize != np.dtype(dt.to_numpy(to)).itemsize or x.dtype in dt.SMALL_INTS:
+    if np.dtype(dt.to_numpy(x.dtype)).itemsize != np.dtype(dt.to_numpy(to)).itemsize:
         raise ComputeError(f"math.bit_cast from {x.dtype} to {to} has no compute")
+    if x.dtype in dt.SMALL_INTS or to in dt.SMALL_INTS:
+        return map_compute(x, lambda v: _sub_byte_bit_cast(v, to), "bit_cast")
     if to == "bool":
         return map_compute(x, lambda v: tir.ne(tir.call("reinterpret", v, dtype="uint8"), tir.const(0, "uint8")),
                            "bit_cast")
     return map_compute(x, lambda v: tir.call("reinterpret", v, dtype=to), "bit_cast")
 
 
+def _sub_byte_bit_cast(v: PrimExpr, to: str) -> PrimExpr:
+    """Same low bits between int4/uint4/int2/uint2 and float4_e2m1fn: an integer cast wraps to the
+    bits; float4 goes through its code (0..15) as uint8."""
+    if v.dtype in dt.SMALL_INTS and to in dt.SMALL_INTS:
+        return tir.cast(to, v)
+    if to in dt.SMALL_INTS:
+        return tir.cast(to, tir.call("reinterpret", v, dtype="uint8"))
+    return tir.call("reinterpret", tir.cast("uint8", tir.cast("uint4", v)), dtype=to)
+
+
 @register_compute("nn.dropout")
 def _dropout(attrs, inputs, out_type, consts):
-    """Inference dropout: the identity and an all-true mask (training draws random numbers)."""
+    """Inference dropout: the identity and an all-true mask (training: kiln.topi.dropout)."""
     if inputs[2] is not None and (consts[2] is None or bool(np.asarray(consts[2]).reshape(-1)[0])):
-        raise ComputeError("nn.dropout in training mode has no compute")
+        from kiln.topi.dropout import training_dropout
+
+        return training_dropout(attrs, inputs, out_type)
     x = inputs[0]
     return map_compute(x, lambda v: v, "dropout"), map_compute(x, lambda v: tir.const(True), "dropout_mask")

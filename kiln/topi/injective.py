@@ -137,6 +137,9 @@ def _split(attrs, inputs, out_type, consts):
 @register_compute("tensor.slice")
 def _slice(attrs, inputs, out_type, consts):
     x = inputs[0]
+    if consts[1] is None or consts[2] is None:
+        from kiln.topi.runtime_window import slice_runtime
+        return slice_runtime(attrs, inputs, out_type, consts)
     starts = const_ints("tensor.slice", consts, 1, "starts")
     ends = const_ints("tensor.slice", consts, 2, "ends")
     axes = const_ints("tensor.slice", consts, 3, "axes", required=inputs[3] is not None) or range(len(starts))
@@ -220,6 +223,9 @@ def _pad_source(o: PrimExpr, before: int, n: int, mode: str) -> tuple[PrimExpr, 
 @register_compute("tensor.pad")
 def _pad(attrs, inputs, out_type, consts):
     x, value = inputs[0], inputs[2]
+    if consts[1] is None and inputs[1] is not None:
+        from kiln.topi.runtime_window import pad_runtime
+        return pad_runtime(attrs, inputs, out_type, consts)
     shape = static_shape("tensor.pad", x)
     pads = const_ints("tensor.pad", consts, 1, "pads")
     axes = const_ints("tensor.pad", consts, 3, "axes", required=inputs[3] is not None)

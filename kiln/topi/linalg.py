@@ -1,4 +1,4 @@
-"""Matrix products: mat_mul (numpy.matmul: 1-D operands, broadcast batch dims) and gemm.
+"""Matrix products: mat_mul (numpy.matmul: 1-D operands, broadcast batch dims) and gemm; det.
 
 16-bit floats accumulate in float32; integers in their own dtype (wrapping), as the references.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 from kiln import te, tir
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.registry import is_one, out_dims, register_compute
+from kiln.topi.extern import extern
 
 
 @register_compute("linalg.mat_mul")
@@ -62,3 +63,10 @@ def _gemm(attrs, inputs, out_type, consts):
         return tir.cast(a.dtype, v)
 
     return te.compute(shape, out, name="gemm")
+
+
+@register_compute("linalg.det")
+def _det(attrs, inputs, out_type, consts):
+    """LU with partial pivoting is sequential and data-dependent: the runtime library's kiln_det."""
+    x = inputs[0]
+    return extern("det", "kiln_det", [x], out_type, 1)

@@ -141,6 +141,10 @@ def _window_reduce(xp: te.Tensor, xs, win: Window, out, body, name: str) -> te.T
     return te.compute(tuple(xs[:2]) + tuple(out), f, name=name)
 
 
+# the values of ARGMAX alone: a tap replaces the best only when greater (a NaN tap is never taken)
+MAX_TAKEN = te.CommReducer("max_taken", lambda a, b: (select(b > a, b, a),), lambda d: (_lowest(d),))
+
+
 @register_compute("nn.max_pool")
 def _max_pool(attrs, inputs, out_type, consts):
     x = inputs[0]
@@ -150,6 +154,9 @@ def _max_pool(attrs, inputs, out_type, consts):
     xw = te.compute(x.shape, lambda *i: _cast(acc, x(*i)), name="max_pool_in")
     xp = pad_spatial(xw, [(b, e + ex) for (b, e), ex in zip(pads, extra)], fill)
     kernel = [tir.const(k) for k in win.kernel]
+    # NOTE: the values are their own plain max reduction, so a group that only uses them (the usual
+    # case) never computes the argmax; the indices' reduction exists only when they are read
+    top = _window_reduce(xp, xs, win, out, lambda v, ks, o: MAX_TAKEN(v, ks), "max_pool_max")
     best = _window_reduce(xp, xs, win, out, lambda v, ks, o: ARGMAX((ravel([k.var for k in ks], kernel), v), ks),
                           "max_pool_arg")
     spatial = xs[2:]
@@ -163,7 +170,7 @@ def _max_pool(attrs, inputs, out_type, consts):
             flat = flat * spatial[a] + tir.min_(tir.max_(coord, tir.const(0)), tir.const(spatial[a] - 1))
         return (n * xs[1] + c) * math.prod(spatial) + flat
 
-    y = te.compute(best[1].shape, lambda *i: _cast(x.dtype, best[1](*i)), name="max_pool")
+    y = te.compute(top.shape, lambda *i: _cast(x.dtype, top(*i)), name="max_pool")
     return y, te.compute(best[1].shape, index, name="max_pool_indices")
 
 

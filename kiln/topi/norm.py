@@ -1,17 +1,18 @@
-"""Normalizations: batch (inference), layer (Y, Mean, InvStdDev), instance, group, RMS, Lp and
+"""Normalizations: batch (inference and training), layer (Y, Mean, InvStdDev), instance, group, RMS, Lp and
 mean-variance normalization. Statistics are keepdims-shaped reductions read back by a final
 elementwise compute, in the references' compute dtypes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kiln import te, tir
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.reduction import reduce_compute
-from kiln.topi.registry import ComputeError, broadcast_load, register_compute
+from kiln.topi.registry import broadcast_load, register_compute
+from kiln.topi.x86_rowwise import eligible as rowwise_eligible, layer_norm_rows
 
 
 def _stash(x_dtype: str, stash: str = "float32") -> str:
@@ -49,18 +50,37 @@ def _channel(p: te.Tensor, c: PrimExpr, dtype: str) -> PrimExpr:
 
 @register_compute("nn.batch_normalization")
 def _batch_norm(attrs, inputs, out_type, consts):
-    if attrs.training_mode:
-        raise ComputeError("nn.batch_normalization in training mode has no compute")
     x, scale, b, mean, var = inputs[:5]
     w = _stash(x.dtype)
     eps = tir.const(attrs.epsilon, w)
+    if attrs.training_mode:  # the batch's own (biased) statistics, over every axis but the channel's
+        axes = (0, *range(2, x.ndim))
+        bm, bv = moments(x, axes, w)
+
+        def stat(t: te.Tensor) -> Callable[[PrimExpr, str], PrimExpr]:
+            return lambda c, dtype: tir.cast(dtype, t(*(c if a == 1 else tir.const(0) for a in range(x.ndim))))
+
+        use_mean, use_var = stat(bm), stat(bv)
+    else:
+        use_mean, use_var = (lambda c, dtype: _channel(mean, c, dtype)), (lambda c, dtype: _channel(var, c, dtype))
 
     def f(n, c, *s):
-        inv = tir.const(1.0, w) / te.sqrt(_channel(var, c, w) + eps)
-        y = (tir.cast(w, x(n, c, *s)) - _channel(mean, c, w)) * (inv * _channel(scale, c, w)) + _channel(b, c, w)
+        inv = tir.const(1.0, w) / te.sqrt(use_var(c, w) + eps)
+        y = (tir.cast(w, x(n, c, *s)) - use_mean(c, w)) * (inv * _channel(scale, c, w)) + _channel(b, c, w)
         return tir.cast(x.dtype, y)
 
-    return te.compute(x.shape, f, name="batch_norm")
+    y = te.compute(x.shape, f, name="batch_norm")
+    if not attrs.training_mode:
+        return y
+
+    def running(old: te.Tensor, new, what: str) -> te.Tensor:
+        """old * momentum + new * (1 - momentum), in the wider of the two dtypes (as the reference)."""
+        rw = _stash(old.dtype, w)
+        mom = attrs.momentum
+        return te.compute(old.shape, lambda c: tir.cast(old.dtype, _channel(old, c, rw) * tir.const(mom, rw)
+                                                       + new(c, rw) * tir.const(1 - mom, rw)), name=what)
+
+    return y, running(mean, use_mean, "running_mean"), running(var, use_var, "running_var")
 
 
 def _standardized(x: te.Tensor, axes: Sequence[int], eps: float, dtype: str):
@@ -90,6 +110,8 @@ def _layer_norm(attrs, inputs, out_type, consts):
     x, scale, b = inputs[:3]
     w = _stash(x.dtype, attrs.stash_type)
     axes = tuple(range(attrs.axis % x.ndim, x.ndim))
+    if rowwise_eligible(x, axes, w, attrs.stash_type):  # the last axis: vectorized rows (x86_rowwise)
+        return layer_norm_rows(x, scale, b, attrs.epsilon, w)
     mean, inv = _standardized(x, axes, attrs.epsilon, w)
 
     def f(*i):

@@ -16,6 +16,7 @@ from kiln.te.tensor import CommReducer, _highest, _lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.registry import ComputeError, const_ints, register_compute
+from kiln.topi.x86_rowwise import softmax_eligible, softmax_rows
 
 
 def _arg_reducer(name: str, better: Callable[[PrimExpr, PrimExpr], PrimExpr], last: bool, lowest: bool) -> CommReducer:
@@ -212,6 +213,8 @@ def _stat(t: te.Tensor, i: Sequence[PrimExpr], axes: tuple[int, ...]) -> PrimExp
 def _softmax(attrs, inputs, out_type, consts):
     x = inputs[0]
     axes = softmax_axes(attrs, x.ndim)
+    if softmax_eligible(x, axes):  # the last axis: vectorized rows (x86_rowwise)
+        return softmax_rows(x, wide_dtype(x.dtype))
     xw, m, s = _softmax_parts(x, axes)
     return te.compute(x.shape, lambda *i: tir.cast(x.dtype, te.exp(xw(*i) - _stat(m, i, axes)) / _stat(s, i, axes)),
                       name="softmax")

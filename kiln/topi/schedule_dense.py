@@ -1,22 +1,26 @@
-"""Default x86 schedule of a matrix-product group (mat_mul, batched mat_mul, gemm).
+"""Default x86 schedules of matrix-product groups (mat_mul, batched mat_mul, gemm, dense_packed).
 
-The output is tiled into (row, column) blocks, run in parallel with the batch dims; each block
-accumulates in a local buffer and is stored once through the fused epilogue (bias, alpha/beta,
-activation). When every operand is contiguous along the output columns (B[k, j]) the block is
-rows x a vectorized run of columns with k outside it; when an operand is read across rows
-(B[j, k], Gemm's transB) a column-vectorized loop would gather, so k stays contiguous and a few
-columns are unrolled inside it as independent accumulation chains.
+The output is tiled into (row, column) blocks; each block accumulates in a local buffer and is
+stored once through the fused epilogue (bias, alpha/beta, activation, residual add). When every
+operand is contiguous along the output columns (B[k, j], or B packed in column panels by
+pack-dense) the block is a register tile: mr rows x a vectorized run of nr columns with k outside
+it. When an operand is read across rows (B[j, k], Gemm's transB with a B that is not constant) a
+column-vectorized loop would gather, so k stays contiguous and a few columns are unrolled inside it
+as independent accumulation chains.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 from kiln.te.bound import canon
-from kiln.te.schedule import Schedule
+from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import IterVar, Tensor
+from kiln.topi.knobs import knob
+from kiln.transform.pack_dense import host_vector_bytes
 from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, loads_of, materialize, parallel_outer,
-                                       uses)
+                                       static, uses)
 
 ROW_BLOCK = 4
 COLUMN_BLOCK = 32  # four AVX2 vectors
@@ -43,6 +47,8 @@ def schedule_dense(outputs: Sequence[Tensor]) -> Schedule | None:
     *router, rj = red.op.axis
     i, ri = (outer.pop(), router.pop()) if outer else (None, None)
     vector = columns_contiguous(a, rj)
+    if vector and i is not None:
+        return register_tiles(a, panel_width(red.op.body[0].dtype), 1)
     jo, ji = out.split(j, block(j.dom.extent, COLUMN_BLOCK if vector else CHAINS))
     tiles = [jo]
     if i is not None:
@@ -61,4 +67,92 @@ def schedule_dense(outputs: Sequence[Tensor]) -> Schedule | None:
         red.unroll(rj)
     if ri is not None:
         red.unroll(ri)
+    return a.sched
+
+
+# ---------------------------------------------------------------------------------------------
+# register tiles: B packed in column panels (linalg.dense_packed), or read along its rows
+
+MR = 6  # rows of the register tile: MR x nr accumulators (12 vector registers when nr is two vectors)
+PARALLEL_MIN_MACS = 1 << 18  # below this many multiply-adds one thread finishes before a team starts
+FEW_ROW_TILES = 4  # fewer row tiles than this: columns outermost, so that the parallel loop has work to share
+PARALLEL_MIN_BLOCKS = 8  # fewer column blocks than this: the row tiles inside each block run in parallel
+L2_BLOCK = 512 * 1024  # bytes of B kept in cache while the row tiles pass over them (half a typical L2)
+
+
+def _column_blocks(out: Stage, red: Stage, jo: IterVar, io: IterVar, width: int) -> list[IterVar]:
+    """Tile loops [column block, row tile, panel]: the panels of one block of B (knob "dense.nc"
+    panels; by default as many as fit in L2_BLOCK bytes) stay in cache while every row tile
+    passes over them, instead of all of B streaming from L3 once per row tile."""
+    k = static(red.op.reduce_axis[0].dom.extent) if len(red.op.reduce_axis) == 1 else None
+    panels = static(jo.dom.extent)
+    if k is None or panels is None:
+        return [io, jo]
+    fit = max(1, L2_BLOCK // (k * width * 4))
+    nc = knob("dense.nc", (0, 1, 2, 4, 8, 16, 32), fit if fit < panels else 0)
+    if not nc or nc >= panels:
+        return [io, jo]
+    jc, jp = out.split(jo, nc)
+    return [jc, io, jp]
+
+
+def panel_width(dtype: str) -> int:
+    """Columns of a register tile when B is not packed: two host vectors of `dtype`."""
+    return 2 * host_vector_bytes() // (8 if "64" in dtype else 4)
+
+
+def schedule_dense_packed(outputs: Sequence[Tensor]) -> Schedule | None:
+    """linalg.dense_packed: register tiles one panel (or "dense.panels" panels) of B wide."""
+    a = anchor_stages(outputs)
+    if a is None or not a.out.op.axis:
+        return None
+    nr = dict(a.red.op.attrs).get("panel")
+    if nr is None:
+        return None
+    return register_tiles(a, nr, knob("dense.panels", (1, 2, 4), 1))
+
+
+def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
+    """Tile the output by mr rows x nr columns (one panel of a packed B); each tile accumulates over
+    the whole k in an mr x nr local block that gcc keeps in vector registers (k outside, rows
+    unrolled, the columns vectorized), then stores it once through the fused epilogue. `panels`
+    (knob "dense.panels") widens a tile to several panels: more independent FMA chains when there
+    are few rows (GEMV), though a batch-1 layer is bound by streaming the weights.
+
+    The tile loops stay separate (not fused) so that loop_partition can peel the ragged last row
+    block and column panel off a main part whose register tile has constant extents. The batch
+    loops (fused), else the row tiles, run in parallel when the product is big enough to share."""
+    for st in a.others:
+        materialize(st)
+    out, red = a.out, a.red
+    *outer, j = out.op.axis
+    *router, rj = red.op.axis
+    jo, ji = out.split(j, nr * panels)
+    tiles, rows = [jo], []
+    if outer:
+        i, ri = outer.pop(), router.pop()
+        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), MR))
+        few_rows = static(io.dom.extent) is not None and static(io.dom.extent) < FEW_ROW_TILES
+        order = knob("dense.order", ("mn", "nm"), "nm" if few_rows else "mn")
+        tiles = _column_blocks(out, red, jo, io, nr * panels) if order == "mn" else [jo, io]
+        out.reorder(*outer, *tiles, ii, ji)
+        rows = [ri]
+    macs = data_size(red, reduce_too=True)
+    if macs is None or macs >= PARALLEL_MIN_MACS:
+        batches = [static(b.dom.extent) for b in outer]
+        if outer and None not in batches and prod(batches) >= FEW_ROW_TILES:
+            out.parallel(out.fuse(*outer) if len(outer) > 1 else outer[0])
+        else:  # one team for the whole product, unless a few column blocks would share badly
+            few_blocks = len(tiles) == 3 and (static(tiles[0].dom.extent) or 0) < PARALLEL_MIN_BLOCKS
+            out.parallel(tiles[1] if few_blocks else tiles[0])
+    out.vectorize(ji)
+    red.compute_at(out, tiles[-1])
+    cols = [rj]
+    if panels > 1:
+        cols = list(red.split(rj, nr))
+        red.unroll(cols[0])
+    red.reorder(*router, *red.op.reduce_axis, *rows, *cols)
+    red.vectorize(cols[-1])
+    for r in rows:
+        red.unroll(r)
     return a.sched

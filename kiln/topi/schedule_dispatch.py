@@ -10,22 +10,36 @@ from collections.abc import Callable, Sequence
 from kiln.te.schedule import Schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.schedule_conv import schedule_conv
-from kiln.topi.schedule_dense import schedule_dense
+from kiln.topi.schedule_conv_nchwc import schedule_conv_nchwc
+from kiln.topi.schedule_attention import schedule_attention
+from kiln.topi.schedule_dense import schedule_dense, schedule_dense_packed
 from kiln.topi.schedule_generic import schedule_generic
+from kiln.topi.schedule_pool import schedule_pool
 from kiln.topi.schedule_reduce import schedule_reduce
+from kiln.topi.schedule_transform import schedule_transform
+from kiln.topi.x86_attention import schedule_attention_blocked
+from kiln.topi.x86_rowwise import schedule_rowwise
 
 AnchorSchedule = Callable[[Sequence[Tensor]], "Schedule | None"]
 
 ANCHOR_SCHEDULES: dict[str, AnchorSchedule] = {
     "nn.conv": schedule_conv,
+    "nn.conv_integer": schedule_conv,
+    "quant.qlinear_conv": schedule_conv,
+    "nn.conv2d_nchwc": schedule_conv_nchwc,
+    "nn.pool2d_layout": schedule_pool,
     "linalg.mat_mul": schedule_dense,
+    "linalg.mat_mul_integer": schedule_dense,
     "linalg.gemm": schedule_dense,
+    "linalg.dense_packed": schedule_dense_packed,
 }
 
 
 def schedule_group(outputs: Sequence[Tensor], anchor_op_name: str | None) -> Schedule:
     rule = ANCHOR_SCHEDULES.get(anchor_op_name or "")
-    for choice in ([rule] if rule else []) + [schedule_reduce]:
+    fallbacks = [schedule_attention_blocked, schedule_rowwise, schedule_attention, schedule_reduce,
+                 schedule_transform]
+    for choice in ([rule] if rule else []) + fallbacks:
         s = choice(outputs)
         if s is not None:
             return s

@@ -3,7 +3,9 @@
 Injective producers are inlined into their consumers; every remaining stage runs its outer
 data-parallel axes fused and split so that the outer part is a parallel loop and a short inner
 part is vectorized when its extent is static. Reductions keep their reduce axes innermost.
-Target-specific schedules (x86 GEMM, conv) override this per anchor operator.
+Target-specific schedules (x86 GEMM, conv) override this per anchor operator. The vector width,
+the parallel threshold and the unrolling of the vector loop's parent are knobs (kiln.topi.knobs):
+the constants below are their defaults, which the tuner may beat per workload.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import Sequence
 from kiln import tir
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, Tensor
+from kiln.topi.knobs import knob
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
+NEVER_PARALLEL = 1 << 62
 
 
 def _static(e: tir.PrimExpr) -> int | None:
@@ -49,18 +53,26 @@ def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
 
 
 def _loop_nest(stage: Stage) -> None:
-    axes = list(stage.op.axis)
+    vector = knob("generic.vector", (1, 4, 8, 16, 32), VECTOR)
+    parallel_min = knob("generic.parallel_min", (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, NEVER_PARALLEL),
+                        PARALLEL_MIN_ELEMENTS)
+    unroll = knob("generic.unroll", (1, 2, 4), 1)
+    axes = list(stage.op.axis) if isinstance(stage.op, ComputeOp) else []  # an extern has no loops
     if not axes:
         return
     size = _size(stage)
     reduce = bool(stage.op.reduce_axis)
     inner_ext = _static(axes[-1].dom.extent)
-    vec = None
-    if not reduce and inner_ext is not None and inner_ext >= VECTOR:
-        outer_i, vec = stage.split(axes[-1], factor=VECTOR)
+    vec = unrolled = None
+    if not reduce and vector > 1 and inner_ext is not None and inner_ext >= vector:
+        outer_i, vec = stage.split(axes[-1], factor=vector)
+        if unroll > 1 and inner_ext >= vector * unroll:
+            outer_i, unrolled = stage.split(outer_i, factor=unroll)
         axes = axes[:-1] + [outer_i]
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    if size is None or size >= PARALLEL_MIN_ELEMENTS:
+    if size is None or size >= parallel_min:
         stage.parallel(fused)
+    if unrolled is not None:
+        stage.unroll(unrolled)
     if vec is not None:
         stage.vectorize(vec)

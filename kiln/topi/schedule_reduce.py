@@ -7,6 +7,7 @@ of the output's axes (pooling windows along the output columns, a reduction over
 the reduce loops go outside a vectorized run of that axis. Otherwise (a reduction over the
 contiguous axis: softmax, layer norm, global pools) the reduce loops stay innermost, reading
 contiguously, and the data axes run in parallel. Padding is computed once, not tested per tap.
+The run length of the vectorized axis is a knob (kiln.topi.knobs); RUN is its default.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, loads_of, materialize,
                                        parallel_outer, static, uses)
+from kiln.topi.knobs import knob
 from kiln.topi.schedule_generic import VECTOR, _loop_nest
 
 RUN = 64  # elements of the vectorized axis per parallel task
@@ -42,7 +44,8 @@ def reduce_nest(s: Schedule, st: Stage) -> None:
         _loop_nest(st)
         return
     others = [iv for iv in st.op.axis if iv is not v]
-    vo, vi = st.split(v, block(v.dom.extent, RUN))
+    run = knob("reduce.run", (16, 32, 64, 128, 256, 512), RUN)
+    vo, vi = st.split(v, block(v.dom.extent, run))
     st.reorder(*others, vo, *st.op.reduce_axis, vi)
     parallel_outer(st, [*others, vo], data_size(st, reduce_too=True))
     st.vectorize(vi)

@@ -1,6 +1,7 @@
-"""The compute of signal.dft (kiln/op/signal.py): a direct O(n^2) sum over the signal axis with
-cos/sin twiddles in float64, forward or inverse, full or onesided, and the real inverse (IRFFT)
-of a onesided spectrum. dft_length and axis must be constants; they fix the output shape."""
+"""The computes of signal.dft and signal.stft (kiln/op/signal.py): direct O(n^2) sums with cos/sin
+twiddles in float64. DFT: forward or inverse, full or onesided, and the real inverse (IRFFT) of a
+onesided spectrum; dft_length and axis must be constants, they fix the output shape. STFT: the DFT of
+each (windowed) frame; frame_step and frame_length must be constants."""
 
 from __future__ import annotations
 
@@ -65,3 +66,38 @@ def _dft(attrs, inputs, out_type, consts):
 
     y = te.compute(out_dims(out_type, inputs), f, name="dft_sum")
     return te.compute(y.shape, lambda *i: tir.cast(out, y(*i)), name="dft")
+
+
+@register_compute("signal.stft")
+def _stft(attrs, inputs, out_type, consts):
+    """Windowed direct DFTs of frames taken every frame_step samples; frame_step and frame_length (when
+    given) must be constants, the signal and window lengths static: together they fix the output shape."""
+    x, _, window, length = inputs
+    name = "signal.stft"
+    step = int(const_value(name, consts, 1, "frame_step"))
+    sig = x.shape[1]
+    if not isinstance(sig, tir.IntImm) or not isinstance(x.shape[-1], tir.IntImm):
+        raise ComputeError(f"{name}: the signal length and the complex dim must be static")
+    if window is not None and not isinstance(window.shape[0], tir.IntImm):
+        raise ComputeError(f"{name}: the window length must be static")
+    n = int(const_value(name, consts, 3, "frame_length")) if length is not None else (
+        window.shape[0].value if window is not None else sig.value)
+    if step < 1 or not 1 <= n <= sig.value:
+        raise ComputeError(f"{name}: frame_step {step} / frame_length {n} do not fit a signal of {sig.value}")
+    frames, bins = (sig.value - n) // step + 1, n // 2 + 1 if attrs.onesided else n
+    cplx = x.shape[-1].value == 2
+    two_pi_n = _f(2 * math.pi / n)
+
+    def f(b, fr, k, c):
+        r = te.reduce_axis(n, "t")
+        t = r.var
+        pos = fr * tir.const(step) + t
+        w = tir.cast(F64, window(t)) if window is not None else _f(1)
+        xr = tir.cast(F64, x(b, pos, tir.const(0))) * w
+        xi = tir.cast(F64, x(b, pos, tir.const(1))) * w if cplx else _f(0)
+        theta = tir.cast(F64, (k * t) % tir.const(n)) * two_pi_n
+        cs, sn = te.cos(theta), te.sin(theta)
+        return te.sum(te.select(tir.eq(c, tir.const(0)), xr * cs + xi * sn, xi * cs - xr * sn), r)
+
+    y = te.compute((x.shape[0], tir.const(frames), tir.const(bins), tir.const(2)), f, name="stft_sum")
+    return te.compute(y.shape, lambda *i: tir.cast(x.dtype, y(*i)), name="stft")

@@ -1,14 +1,9 @@
-"""Computes for nn.rotary_embedding, vision.grid_sample and quant.qlinear_matmul, each written
-as its reference (kiln/op/attention.py, kiln/op/vision.py, kiln/op/quant.py) computes it.
-
-grid_sample covers nearest and linear sampling with zeros or border padding, coordinates in
-float64 like the reference; cubic sampling and reflection padding raise ComputeError so those
-calls run on the host. qlinear_matmul accumulates in int64 and requantizes in float64.
+"""Computes for nn.rotary_embedding and quant.qlinear_matmul, each written as its reference
+(kiln/op/attention.py, kiln/op/quant.py) computes it; qlinear_matmul accumulates in int64 and
+requantizes in float64. (grid_sample lives with the other samplers in vision_sampling.py.)
 """
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 
@@ -68,71 +63,6 @@ def _rotary_embedding(attrs, inputs, out_type, consts):
         return te.select(d < rd, rot, load(d)) if rd < head else rot
 
     return te.compute(x.shape, f, name="rotary_embedding")
-
-
-# ---------------------------------------------------------------------------------------------
-# vision.grid_sample
-
-
-def _taps(attrs, g: PrimExpr, n: int) -> list[tuple[PrimExpr, PrimExpr | None, PrimExpr | None]]:
-    """(clamped index, weight or None, validity or None) per tap along one axis of size n."""
-    pos = (g + _f(1)) / _f(2) * _f(n - 1) if attrs.align_corners else ((g + _f(1)) * _f(n) - _f(1)) / _f(2)
-    lo, hi = (0.0, n - 1.0) if attrs.align_corners else (-0.5, n - 0.5)
-    if attrs.mode == "nearest":
-        pos = te.nearbyint(pos)
-    if attrs.padding_mode == "border":
-        outside = tir.Or(pos < _f(lo), pos > _f(hi))
-        pos = te.select(outside, tir.max_(tir.min_(pos, _f(n - 1)), _f(0)), pos)
-    if attrs.mode == "nearest":
-        idxs = [(tir.cast("int64", pos), None)]
-    else:
-        base = te.floor(pos)
-        frac = pos - base
-        b = tir.cast("int64", base)
-        idxs = [(b, _f(1) - frac), (b + 1, frac)]
-    out = []
-    for idx, w in idxs:
-        valid = None
-        if attrs.padding_mode == "zeros":
-            valid = tir.And(idx >= tir.const(0), idx < tir.const(n))
-        out.append((tir.max_(tir.min_(idx, tir.const(n - 1)), tir.const(0)), w, valid))
-    return out
-
-
-@register_compute("vision.grid_sample")
-def _grid_sample(attrs, inputs, out_type, consts):
-    x, grid = inputs
-    name = "vision.grid_sample"
-    if attrs.mode not in ("linear", "nearest") or attrs.padding_mode not in ("zeros", "border"):
-        raise ComputeError(f"{name}: mode {attrs.mode} with {attrs.padding_mode} padding has no compute")
-    if attrs.mode == "linear" and x.dtype not in ("float16", "float32", "float64"):
-        raise ComputeError(f"{name}: linear sampling of {x.dtype} has no compute")
-    sizes = [_static(name, d, "spatial size") for d in x.shape[2:]]
-    r = len(sizes)
-    out_t = tensor_type(out_type)
-
-    def f(n, c, *o):
-        taps = [_taps(attrs, tir.cast(F64, grid(n, *o, tir.const(r - 1 - k))), size)
-                for k, size in enumerate(sizes)]
-        total = None
-        for combo in itertools.product(*taps):
-            val = x(n, c, *(t[0] for t in combo))
-            valid = None
-            for t in combo:
-                if t[2] is not None:
-                    valid = t[2] if valid is None else tir.And(valid, t[2])
-            if attrs.mode == "nearest":
-                zero = tir.const(False, "bool") if x.dtype == "bool" else tir.const(0, x.dtype)
-                return val if valid is None else te.select(valid, val, zero)
-            term = tir.cast(F64, val)
-            for t in combo:
-                term = term * t[1]
-            if valid is not None:
-                term = te.select(valid, term, _f(0))
-            total = term if total is None else total + term
-        return tir.cast(out_t.dtype, total)
-
-    return te.compute(out_dims(out_type, inputs), f, name="grid_sample")
 
 
 # ---------------------------------------------------------------------------------------------

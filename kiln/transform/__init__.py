@@ -13,6 +13,7 @@ from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401
                                   fuse_ops,
                                   layout,
                                   mixed_precision,
+                                  pack_dense,
                                   normal_form,
                                   pattern,
                                   simplify_expr,

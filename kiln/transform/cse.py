@@ -19,7 +19,7 @@ def _attrs_key(attrs: Any) -> tuple:
     out = []
     for k, v in attr_items(attrs):
         if isinstance(v, np.ndarray):
-            v = (v.dtype.str, v.shape, v.tobytes()) if v.dtype != object else (v.shape, tuple(v.ravel().tolist()))
+            v = (str(v.dtype), v.shape, v.tobytes()) if v.dtype != object else (v.shape, tuple(v.ravel().tolist()))
         out.append((k, repr(v) if not isinstance(v, (int, float, str, tuple, type(None))) else v))
     return (type(attrs).__name__, tuple(out))
 
@@ -32,7 +32,7 @@ def _key(e: Expr) -> tuple | None:
     if isinstance(e, TupleGetItem):
         return ("get", id(e.tuple_value), e.index)
     if isinstance(e, Constant) and e.data.size <= SMALL_CONSTANT and e.data.dtype != object:
-        return ("const", e.data.dtype.str, e.data.shape, e.data.tobytes())
+        return ("const", str(e.data.dtype), e.data.shape, e.data.tobytes())  # NOTE: ml_dtypes all have .str "|V1"
     return None
 
 

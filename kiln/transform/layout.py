@@ -73,15 +73,20 @@ def choose_block(c: int, block: int, pad: bool) -> int:
 def alter_conv_rule(block: int, pad: bool):
     def rule(eng: Relayout, call: Call) -> InLayout | None:
         conv = Conv2d.of(call)
-        if conv is None or conv.data != "NCHW" or conv.geometry.get("group", 1) != 1:
+        if conv is None or conv.data != "NCHW":
             return None
+        group = conv.geometry.get("group", 1)
         xs, ws = conv.x.type.shape, conv.w.type.shape  # type: ignore[union-attr]
-        if ws is None or not all(isinstance(d, int) for d in ws) or xs is None or xs[1] != ws[1]:
+        if ws is None or not all(isinstance(d, int) for d in ws) or xs is None or xs[1] != ws[1] * group:
             return None
         if call.type.dtype not in ("float16", "bfloat16", "float32", "float64"):  # type: ignore[union-attr]
             return None
+        depthwise = group > 1 and ws[1] == 1 and ws[0] == group
+        if group != 1 and not depthwise:
+            return None
         ic, oc = choose_block(ws[1], block, pad), choose_block(ws[0], block, pad)
-        data, kernel, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
+        ic = oc if depthwise else ic
+        data, kernel, out = f"NCHW{ic}c", f"OIHW{1 if depthwise else ic}i{oc}o", f"NCHW{oc}c"
         x = eng.get(conv.x, "NCHW", data)
         if x is None:
             return None
@@ -92,10 +97,10 @@ def alter_conv_rule(block: int, pad: bool):
     return rule
 
 
-@function_pass("alter-op-layout", opt_level=3)
+@function_pass("alter-op-layout", opt_level=2)
 def alter_op_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
-    """NCHW convs to the blocked NCHW[x]c conv with weights packed at compile time; consecutive
-    blocked convs exchange blocked tensors directly."""
+    """NCHW convs (and depthwise ones; other grouped convs stay) to the blocked NCHW[x]c conv with
+    weights packed at compile time; consecutive blocked convs exchange blocked tensors directly."""
     block = int(ctx.config.get("alter_op_layout.block", DEFAULT_BLOCK))
     pad = bool(ctx.config.get("alter_op_layout.pad_channels", False))
     return Relayout(alter_conv_rule(block, pad)).run(fn)

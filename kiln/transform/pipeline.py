@@ -22,6 +22,7 @@ STANDARD = [
     "alter-op-layout",
     "to-mixed-precision",
     "fast-math",
+    "pack-dense",
     "fold-constant",
     "fuse-ops",
 ]

@@ -90,6 +90,7 @@ class Relayout:
         self.conv_rule = conv_rule
         self.memo: dict[int, Expr | InLayout | _PendingGet] = {}
         self.plain_of: dict[int, Expr] = {}
+        self.moved: dict[tuple[int, str, str], Expr] = {}
         self.users: dict[int, list[Expr]] = defaultdict(list)
 
     def run(self, fn: Function) -> Function:
@@ -141,8 +142,11 @@ class Relayout:
         if rank(old) != parse_layout(orig).rank:
             return None
         v = self.state(old)
-        if v is None:
-            return transform(self.plain(old), orig, target)
+        if v is None:  # one transform per (value, layout), however many consumers want it
+            key = (id(old), orig, target)
+            if key not in self.moved:
+                self.moved[key] = transform(self.plain(old), orig, target)
+            return self.moved[key]
         if v.orig != orig:
             return None
         if v.cur == target:
@@ -182,8 +186,7 @@ class Conv2d:
             return get_op("nn.conv")(*args, attrs=ConvAttrs(**self.geometry))
         if data == "NHWC":
             return get_op("nn.conv2d_nhwc")(*args, attrs=Conv2dNHWCAttrs(kernel_layout=kernel, **self.geometry))
-        geo = {k: v for k, v in self.geometry.items() if k != "group"}
-        return get_op("nn.conv2d_nchwc")(*args, attrs=Conv2dNCHWcAttrs(data, kernel, **geo))
+        return get_op("nn.conv2d_nchwc")(*args, attrs=Conv2dNCHWcAttrs(data, kernel, **self.geometry))
 
 
 def _is_conv(e: Call) -> bool:
@@ -296,9 +299,13 @@ def relayout_pool(eng: Relayout, call: Call) -> InLayout | _PendingGet | None:
         return None
     attrs, data = pool
     v = eng.state(call.args[0])
+    if v is None and call.op.name == "nn.max_pool" and data == "NCHW":  # type: ignore[union-attr]
+        v = InLayout(eng.plain(call.args[0]), data, data)  # values only: the indices are never computed
     if v is None or v.orig != data:
         return None
-    if v.cur == "NCHW":
+    if v.cur == "NCHW" and attrs.mode == "max" and call.op.name == "nn.max_pool":  # type: ignore[union-attr]
+        new = get_op("nn.pool2d_layout")(v.expr, attrs=replace(attrs, layout="NCHW"))
+    elif v.cur == "NCHW":
         op, nchw_attrs = nchw_pool_attrs(attrs)
         new = op(v.expr, attrs=nchw_attrs)
         new = TupleGetItem(new, 0) if attrs.mode == "max" else new

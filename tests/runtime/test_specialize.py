@@ -26,13 +26,14 @@ def test_reduce_with_axes_as_input_compiles_per_value():
 
 
 def test_group_that_cannot_compile_runs_on_the_host_and_says_why():
-    m = model([helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic")],
-              [("x", F, [1, 1, 3, 3]), ("g", F, [1, 2, 2, 2])], [("y", F, [1, 1, 2, 2])])
+    m = model([helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], sampling_ratio=0, output_height=2,
+                                output_width=2)],
+              [("x", F, [1, 1, 9, 9]), ("r", F, [1, 4]), ("b", I64, [1])], [("y", F, [1, 1, 2, 2])])
     mod = kiln.from_onnx(m)
     cm = build(mod)
     rng = np.random.default_rng(1)
-    feeds = {"x": rng.standard_normal((1, 1, 3, 3)).astype(np.float32),
-             "g": rng.uniform(-1, 1, (1, 2, 2, 2)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((1, 1, 9, 9)).astype(np.float32),
+             "r": np.array([[0.5, 1, 6, 7.5]], np.float32), "b": np.zeros(1, np.int64)}
     np.testing.assert_allclose(cm.run(feeds)[0], kiln.evaluate(mod, feeds)[0], rtol=1e-6)
     (why,) = cm.ran_on_host.values()
-    assert "vision.grid_sample" in why and "cubic" in why
+    assert "vision.roi_align" in why and "sampling_ratio" in why

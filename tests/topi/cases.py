@@ -182,3 +182,27 @@ CASES.update(LOSS_CASES())
 from tests.topi.cases_more2 import MORE2_CASES  # noqa: E402
 
 CASES.update(MORE2_CASES())
+from tests.topi.cases_vision_tensor import VISION_TENSOR_CASES  # noqa: E402
+
+CASES.update(VISION_TENSOR_CASES())
+from tests.topi.cases_rnn import RNN_CASES  # noqa: E402
+
+CASES.update(RNN_CASES())
+from tests.topi.cases_dense_packed import DENSE_PACKED_CASES  # noqa: E402
+
+CASES.update(DENSE_PACKED_CASES())
+from tests.topi.cases_numeric import NUMERIC_CASES  # noqa: E402
+
+CASES.update(NUMERIC_CASES())
+from tests.topi.cases_quant_narrow import QUANT_NARROW_CASES  # noqa: E402
+
+CASES.update(QUANT_NARROW_CASES())
+from tests.topi.cases_state import STATE_CASES  # noqa: E402
+
+CASES.update(STATE_CASES())
+from tests.topi.cases_last_numeric import LAST_NUMERIC_CASES  # noqa: E402
+
+CASES.update(LAST_NUMERIC_CASES())
+from tests.topi.cases_layout import LAYOUT_CASES  # noqa: E402
+
+CASES.update(LAYOUT_CASES())

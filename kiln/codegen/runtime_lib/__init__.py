@@ -69,6 +69,9 @@ RUNTIME_FUNCS: dict[str, RuntimeFunc] = {
     "kiln_non_zero": RuntimeFunc("non_zero.c", 1, 1, lambda s: [(0, 1)], lambda sh, s: math.prod(sh[0])),
     "kiln_non_max_suppression": RuntimeFunc("non_max_suppression.c", 5, 1, lambda s: [(0, 0)],
                                             lambda sh, s: math.prod(sh[1])),
+    "kiln_det": RuntimeFunc("det.c", 1, 1, lambda s: [], lambda sh, s: 0),
+    "kiln_dropout": RuntimeFunc("dropout.c", 3, 2, lambda s: [], lambda sh, s: 0),
+    "kiln_linear_attention": RuntimeFunc("linear_attention.c", 6, 2, lambda s: [], lambda sh, s: 0),
 }
 
 

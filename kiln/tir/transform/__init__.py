@@ -14,9 +14,10 @@ LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify,
 def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
     """Run the standard tir pipeline (less the passes named in `skip`): the PrimFunc the C backend
     receives."""
+    last = None
     for p in LOWER_PIPELINE:
-        if p.__name__ not in skip:
-            func = p(func)
+        if p.__name__ not in skip and not (p is simplify and last is simplify):  # simplify is idempotent
+            func, last = p(func), p
     return func
 
 

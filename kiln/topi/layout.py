@@ -1,0 +1,236 @@
+"""Computes of the data-layout operators (kiln/op/layout.py): layout_transform, the blocked
+NCHW[x]c convolution and pooling in a blocked layout. They let the regions AlterOpLayout builds
+compile instead of running on the host.
+
+The blocked conv reads a padded copy of its input (a Select on bounds computed once) so the taps
+of a window never test bounds; its reduction runs over (input channel blocks, kernel rows,
+kernel columns, channels in a block), the order the x86 schedule keeps in registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kiln import te, tir
+from kiln.op.layout import Layout, nchw_pool_attrs, parse_layout
+from kiln.op.nn import Window
+from kiln.te.tensor import _lowest
+from kiln.tir import PrimExpr, select
+from kiln.topi.elemwise import wide_dtype
+from kiln.topi.nn import MAX_TAKEN
+from kiln.topi.registry import ComputeError, get_compute, register_compute, static_shape
+
+
+def _all(conds: Sequence[PrimExpr]) -> PrimExpr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else out & c
+    return out
+
+
+def _static(d: PrimExpr) -> int | None:
+    return d.value if isinstance(d, tir.IntImm) else None
+
+
+@register_compute("tensor.layout_transform")
+def _layout_transform(attrs, inputs, out_type, consts):
+    x = inputs[0]
+    src, dst = parse_layout(attrs.src_layout), parse_layout(attrs.dst_layout)
+    shape = tuple(x.shape)
+    logical: dict[str, PrimExpr] = {}  # logical (padding included) size of each primal axis of x
+    for p in src.primals:
+        d = shape[src.index(p)]
+        f = src.block(p)
+        logical[p] = d * f if f else d
+    sizes = dict(zip(dst.primals, attrs.sizes)) if attrs.sizes else {}
+    out_dims: list[PrimExpr] = []
+    for a, f in dst.axes:
+        if f:
+            out_dims.append(tir.const(f))
+            continue
+        n, g = (tir.const(sizes[a]) if sizes.get(a) else logical[a]), dst.block(a)
+        if g:
+            s = _static(n)
+            if s is None and g > 1:
+                raise ComputeError(f"layout_transform to {dst.name}: axis {a} of unknown size cannot be blocked")
+            n = tir.const(-(-s // g)) if s is not None else n
+        out_dims.append(n)
+
+    def f(*i):
+        idx: dict[str, PrimExpr] = {}
+        for p in dst.primals:
+            g = dst.block(p)
+            idx[p] = i[dst.index(p)] * g + i[dst.sub_index(p)] if g else i[dst.index(p)]
+        conds = []
+        for p in src.primals:
+            n = _static(logical[p])
+            g = dst.block(p)
+            if g and n is not None and n % g:
+                conds.append(idx[p] < n)
+        src_idx = []
+        for a, fa in src.axes:
+            g = src.block(a)
+            if fa:
+                src_idx.append(idx[a] % g)
+            else:
+                src_idx.append(idx[a] // g if g else idx[a])
+        cond = _all(conds)
+        v = x(*src_idx)
+        return v if cond is None else select(cond, v, tir.const(0, x.dtype))
+
+    return te.compute(tuple(out_dims), f, name="layout_transform")
+
+
+# ---------------------------------------------------------------------------------------------
+# blocked convolution
+
+
+def pad_blocked(x: te.Tensor, pads: Sequence[tuple[int, int]], fill: PrimExpr, name: str = "pad") -> te.Tensor:
+    """x (N, C, H, W, c) padded on H and W by (before, after) with `fill`."""
+    if not any(b or e for b, e in pads):
+        return x
+    n, c, h, w, cb = x.shape
+    (pt, pb), (pl, pr) = pads
+    hs, ws = _static(h), _static(w)
+
+    def f(i, j, y, z, k):
+        ok = [(y >= pt) & (y - pt < hs)] if pt or pb else []
+        ok += [(z >= pl) & (z - pl < ws)] if pl or pr else []
+        return select(_all(ok), x(i, j, y - pt, z - pl, k), fill)
+
+    return te.compute((n, c, hs + pt + pb, ws + pl + pr, cb), f, name=name)
+
+
+def _cast(dtype: str, v: PrimExpr) -> PrimExpr:
+    return tir.cast(dtype, v)
+
+
+@register_compute("nn.conv2d_nchwc")
+def _conv2d_nchwc(attrs, inputs, out_type, consts):
+    x, w, b = inputs[:3]
+    data, kernel = parse_layout(attrs.data_layout), parse_layout(attrs.kernel_layout)
+    if data.axes != (("N", 0), ("C", 0), ("H", 0), ("W", 0), ("C", data.block("C"))) or \
+            kernel.axes != (("O", 0), ("I", 0), ("H", 0), ("W", 0), ("I", kernel.block("I")), ("O", kernel.block("O"))):
+        raise ComputeError(f"nn.conv2d_nchwc: layouts {data.name}/{kernel.name} are not NCHW[x]c/OIHW[x]i[y]o")
+    xs = x.shape
+    if not all(_static(d) is not None for d in xs[1:]):
+        raise ComputeError(f"nn.conv2d_nchwc: needs static channel and spatial dims, got {xs}")
+    ws = static_shape("nn.conv2d_nchwc", w)
+    oco, ico, kh, kw, icb, ocb = ws
+    win = Window.of(attrs, (kh, kw))
+    out, pads, _ = win.layout((_static(xs[2]), _static(xs[3])))
+    acc = wide_dtype(x.dtype)
+    xp = pad_blocked(x, pads, tir.const(0, x.dtype))
+    (sh, sw), (dh, dw) = win.strides, win.dilations
+    if attrs.group > 1:
+        if icb != 1 or ico != 1 or ocb != _static(xs[4]) or oco != _static(xs[1]):
+            raise ComputeError(f"nn.conv2d_nchwc: group {attrs.group} is not a depthwise conv of blocked channels")
+        return _depthwise(x, w, b, xp, (oco, out[0], out[1], ocb), win, acc)
+
+    def f(n, m, y, z, mc):
+        c = te.reduce_axis(ico, "c")
+        ry, rx = te.reduce_axis(kh, "ky"), te.reduce_axis(kw, "kx")
+        ci = te.reduce_axis(icb, "ci")
+        v = _cast(acc, xp(n, c.var, y * sh + ry.var * dh, z * sw + rx.var * dw, ci.var)) * \
+            _cast(acc, w(m, c.var, ry.var, rx.var, ci.var, mc))
+        return te.sum(v, [c, ry, rx, ci])
+
+    y = te.compute((xs[0], oco, out[0], out[1], ocb), f, name="conv_acc")
+
+    def finish(n, m, oy, ox, mc):
+        v = y(n, m, oy, ox, mc)
+        return _cast(x.dtype, v + _cast(acc, b(m, mc)) if b is not None else v)
+
+    return te.compute(y.shape, finish, name="conv")
+
+
+def _depthwise(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, xp: te.Tensor, shape: tuple[int, ...],
+               win: Window, acc: str) -> te.Tensor:
+    """One input channel per output channel: the channel block is the vector, the taps the reduction."""
+    (sh, sw), (dh, dw) = win.strides, win.dilations
+
+    def f(n, m, y, z, mc):
+        ry, rx = te.reduce_axis(win.kernel[0], "ky"), te.reduce_axis(win.kernel[1], "kx")
+        v = _cast(acc, xp(n, m, y * sh + ry.var * dh, z * sw + rx.var * dw, mc)) * \
+            _cast(acc, w(m, 0, ry.var, rx.var, 0, mc))
+        return te.sum(v, [ry, rx])
+
+    y = te.compute((x.shape[0],) + shape, f, name="depthwise_acc")
+
+    def finish(n, m, oy, ox, mc):
+        v = y(n, m, oy, ox, mc)
+        return _cast(x.dtype, v + _cast(acc, b(m, mc)) if b is not None else v)
+
+    return te.compute(y.shape, finish, name="depthwise")
+
+
+# ---------------------------------------------------------------------------------------------
+# pooling in a blocked layout (NCHW[x]c)
+
+
+def _blocked(lay: Layout) -> bool:
+    return lay.axes == (("N", 0), ("C", 0), ("H", 0), ("W", 0), ("C", lay.block("C")))
+
+
+@register_compute("nn.pool2d_layout")
+def _pool2d_layout(attrs, inputs, out_type, consts):
+    x = inputs[0]
+    lay = parse_layout(attrs.layout)
+    if attrs.layout == "NCHW" and attrs.mode == "max":  # a max pool whose indices nobody reads
+        _, nchw_attrs = nchw_pool_attrs(attrs)
+        return get_compute("nn.max_pool")(nchw_attrs, inputs, out_type, consts)[0]
+    if not _blocked(lay) or attrs.mode not in ("max", "average", "global_average", "global_max"):
+        raise ComputeError(f"nn.pool2d_layout: no compute for mode {attrs.mode} in layout {attrs.layout}")
+    n, c, h, w, cb = x.shape
+    hs, ws = _static(h), _static(w)
+    if hs is None or ws is None:
+        raise ComputeError("nn.pool2d_layout: needs static spatial dims")
+    acc = wide_dtype(x.dtype)
+    if attrs.mode.startswith("global"):
+        ry, rx = te.reduce_axis(hs, "ky"), te.reduce_axis(ws, "kx")
+        if attrs.mode == "global_max":
+            return te.compute((n, c, 1, 1, cb), lambda i, j, y, z, k: te.max(x(i, j, ry.var, rx.var, k), [ry, rx]),
+                              name="global_max_pool")
+        total = te.compute((n, c, 1, 1, cb),
+                           lambda i, j, y, z, k: te.sum(_cast(acc, x(i, j, ry.var, rx.var, k)), [ry, rx]),
+                           name="global_average_pool_sum")
+        inv = tir.const(1.0 / (hs * ws), acc)
+        return te.compute(total.shape, lambda *i: _cast(x.dtype, total(*i) * inv), name="global_average_pool")
+    _, nchw_attrs = nchw_pool_attrs(attrs)
+    win = Window.of(nchw_attrs, nchw_attrs.kernel_shape, nchw_attrs.ceil_mode)
+    out, pads, extra = win.layout((hs, ws))
+    widths = [(p0, p1 + e) for (p0, p1), e in zip(pads, extra)]
+    (sh, sw), (dh, dw) = win.strides, win.dilations
+    if attrs.mode == "max":
+        fill = tir.const(float("-inf"), x.dtype) if tir.is_float(x.dtype) else _lowest(x.dtype)
+        xp = pad_blocked(x, widths, fill)
+
+        def fmax(i, j, y, z, k):
+            ry, rx = te.reduce_axis(win.kernel[0], "ky"), te.reduce_axis(win.kernel[1], "kx")
+            return MAX_TAKEN(xp(i, j, y * sh + ry.var * dh, z * sw + rx.var * dw, k), [ry, rx])
+
+        return te.compute((n, c, out[0], out[1], cb), fmax, name="max_pool")
+    xp = pad_blocked(x, widths, tir.const(0, x.dtype))
+
+    def fsum(i, j, y, z, k):
+        ry, rx = te.reduce_axis(win.kernel[0], "ky"), te.reduce_axis(win.kernel[1], "kx")
+        return te.sum(_cast(acc, xp(i, j, y * sh + ry.var * dh, z * sw + rx.var * dw, k)), [ry, rx])
+
+    total = te.compute((n, c, out[0], out[1], cb), fsum, name="average_pool_sum")
+
+    def count(oy: PrimExpr, ox: PrimExpr) -> PrimExpr:
+        cnt: PrimExpr = tir.const(1, acc)
+        for a, o in enumerate((oy, ox)):
+            size = (hs, ws)[a]
+            lo = -pads[a][0] if attrs.count_include_pad else 0
+            hi = size + pads[a][1] if attrs.count_include_pad else size
+            inside: PrimExpr = tir.const(0, acc)
+            for k in range(win.kernel[a]):
+                p = o * win.strides[a] - pads[a][0] + k * win.dilations[a]
+                inside = inside + _cast(acc, (p >= lo) & (p < hi))
+            cnt = cnt * inside
+        return cnt
+
+    return te.compute(total.shape, lambda i, j, y, z, k: _cast(x.dtype, total(i, j, y, z, k) / count(y, z)),
+                      name="average_pool")
+

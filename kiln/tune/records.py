@@ -1,0 +1,109 @@
+"""Tuning records: one JSON line per measured candidate, the log that builds read.
+
+Each line is {version, key, target, config, seconds, timestamp} (+ error for failed candidates,
+whose seconds is null, and threads). Lines are appended with one O_APPEND write each, so several
+tuners may share a file and a reader never sees half a record; a line that does not parse (a file
+cut short by a crash) is skipped. No pickle: configs are plain JSON values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    key: str  # workload key (kiln.tune.tasks.workload_key)
+    target: str
+    config: dict[str, object]
+    seconds: float | None  # median time of one call; None when the candidate failed
+    timestamp: float = field(default_factory=time.time)
+    version: int = VERSION
+    error: str | None = None
+    threads: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None or k == "seconds"},
+                          sort_keys=True)
+
+    @staticmethod
+    def from_json(line: str) -> Record:
+        d = json.loads(line)
+        if not isinstance(d, dict) or not isinstance(d.get("config"), dict):
+            raise ValueError("not a record")
+        seconds = d.get("seconds")
+        config = {str(k): _tuples(v) for k, v in d["config"].items()}
+        return Record(str(d["key"]), str(d["target"]), config, None if seconds is None else float(seconds),
+                      float(d.get("timestamp", 0.0)), int(d.get("version", VERSION)), d.get("error"),
+                      d.get("threads"))
+
+
+def _tuples(v: object) -> object:
+    """JSON has no tuples; knob choices (a loop order) are tuples, and a config must name one exactly."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def append(path: str | os.PathLike, records: Iterable[Record]) -> None:
+    """Append records, each line in a single write (atomic with respect to other appenders)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for r in records:
+            os.write(fd, (r.to_json() + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def load(path: str | os.PathLike) -> list[Record]:
+    """Every readable record of the file (none if it does not exist)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            r = Record.from_json(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if r.version <= VERSION:
+            out.append(r)
+    return out
+
+
+def best(records: Iterable[Record], key: str, target: str | None = None) -> Record | None:
+    """The fastest successful record of the workload (on `target`, when given)."""
+    ok = [r for r in records if r.key == key and r.seconds is not None and (target is None or r.target == target)]
+    return min(ok, key=lambda r: r.seconds) if ok else None
+
+
+def best_configs(records: Iterable[Record], target: str | None = None) -> dict[str, dict[str, object]]:
+    """Workload key -> the config of its fastest record: what a build applies."""
+    fastest: dict[str, Record] = {}
+    for r in records:
+        if r.seconds is None or (target is not None and r.target != target):
+            continue
+        if r.key not in fastest or r.seconds < fastest[r.key].seconds:
+            fastest[r.key] = r
+    return {k: dict(r.config) for k, r in fastest.items()}
+
+
+def tuned_configs(source: str | os.PathLike | Mapping[str, Mapping[str, object]] | None,
+                  target: str) -> dict[str, dict[str, object]]:
+    """What a build passes to the lowering: a records file's best configs for `target`, or a given map."""
+    if source is None:
+        return {}
+    if isinstance(source, Mapping):
+        return {k: dict(v) for k, v in source.items()}
+    if not Path(source).exists():
+        from kiln.errors import InputError
+
+        raise InputError(f"tuning records {str(source)!r}: no such file (write one with `kiln tune`)")
+    return best_configs(load(source), target)

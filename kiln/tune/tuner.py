@@ -1,0 +1,146 @@
+"""The tuning loop: pick a task, propose a batch, compile and measure it, record it, refit the model.
+
+Each task's first batch in a session holds its default config: the records then know what tuning
+gained (a build never picks a config slower than the default it measured), and the default's
+outputs are the reference every other candidate's outputs must match: a schedule that computes
+something else is a failure, never a record a build could pick. Records already in the file for
+the same workload and target count as measured: tuning resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kiln.tune import records as rec
+from kiln.tune.allocate import first_batch, next_task
+from kiln.tune.candidates import build_candidates
+from kiln.tune.cost_model import CostModel
+from kiln.tune.measure import MeasureOptions, run_kernels, same_outputs
+from kiln.tune.search import Config, SearchOptions, config_id, propose
+from kiln.tune.state import TaskState, estimate
+from kiln.tune.tasks import Task
+
+
+@dataclass
+class TuneOptions:
+    trials: int = 64  # measurements in all, over every task
+    batch: int = 8  # candidates compiled together and measured by one process
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+    search: SearchOptions = field(default_factory=SearchOptions)
+    seed: int = 0
+
+
+@dataclass
+class TuneStatus:
+    """What a progress display gets after every batch."""
+
+    states: list[TaskState]
+    current: int  # the task just measured
+    trials: int  # done in this session, over all tasks
+    total: int  # planned
+    elapsed: float
+
+
+@dataclass
+class TuneResult:
+    states: list[TaskState]
+    seconds: float  # wall time of the session
+
+    def estimated(self, tuned: bool = True) -> float:
+        return estimate(self.states, tuned)
+
+
+Progress = Callable[[TuneStatus], None]
+
+
+def tune_tasks(tasks: Sequence[Task], records_path: str | Path | None, options: TuneOptions | None = None,
+               progress: Progress | None = None) -> TuneResult:
+    options = options or TuneOptions()
+    start = time.perf_counter()
+    rng = np.random.default_rng(options.seed)
+    old = rec.load(records_path) if records_path is not None else []
+    states = []
+    for t in tasks:
+        st = TaskState(t, CostModel(options.seed))
+        for r in old:
+            if r.key == t.key and r.target == t.target:
+                st.observe(dict(r.config), r.seconds)
+        st.model.fit()
+        states.append(st)
+    done, first = 0, first_batch(options.trials, len(states), options.batch)
+    with tempfile.TemporaryDirectory(prefix="kiln-tune-") as workdir:
+        while done < options.trials:
+            i = next_task(states)
+            if i is None:
+                break
+            n = min(first if states[i].trials == 0 else options.batch, options.trials - done)
+            done += _step(states[i], n, rng, Path(workdir), records_path, options)
+            if progress is not None:
+                progress(TuneStatus(states, i, done, options.trials, time.perf_counter() - start))
+    return TuneResult(states, time.perf_counter() - start)
+
+
+def _step(st: TaskState, n: int, rng: np.random.Generator, workdir: Path, records_path: str | Path | None,
+          options: TuneOptions) -> int:
+    """Measure up to `n` new candidates of the task; returns how many were measured."""
+    space = st.task.space
+    batch = propose(space, set(st.measured), st.model, st.featurize, n, rng, st.ranked(), options.search)
+    default = st.task.default_config
+    if st.trials == 0:  # NOTE: measured again on resume, for the reference outputs
+        batch = [default, *[c for c in batch if config_id(c, space) != config_id(default, space)][:n - 1]]
+    if not batch:
+        st.exhausted = True
+        return 0
+    _measure_batch(st, batch, workdir, records_path, options)
+    st.model.fit()
+    st.exhausted = len(st.measured) >= space.size()
+    return len(batch)
+
+
+def _measure_batch(st: TaskState, batch: list[Config], workdir: Path, records_path: str | Path | None,
+                   options: TuneOptions) -> None:
+    built = build_candidates(st.task, batch, workdir)
+    runnable = [b for b in built if b.spec is not None]
+    results = iter(run_kernels([b.spec for b in runnable], options.measure)) if runnable else iter(())
+    default = config_id(st.task.default_config, st.task.space)
+    new = []
+    for cfg, b in zip(batch, built):
+        seconds, error = None, b.error
+        if b.spec is not None:
+            res = next(results)
+            seconds, error = res.seconds, res.error
+            if res.check is not None and config_id(cfg, st.task.space) == default:
+                st.reference = res.check
+            elif res.check is not None and st.reference is not None and not same_outputs(res.check, st.reference):
+                seconds, error = None, "wrong result: outputs differ from the default schedule's"
+        st.trials += 1
+        st.failures += seconds is None
+        st.observe(cfg, seconds)
+        new.append(rec.Record(st.task.key, st.task.target, st.configs[config_id(cfg, st.task.space)], seconds,
+                              error=error, threads=options.measure.threads))
+    if records_path is not None:
+        rec.append(records_path, new)
+
+
+def tune(model: Any, records_path: str | Path | None, options: TuneOptions | None = None, opt_level: int = 2,
+         progress: Progress | None = None, on_tasks: Callable[[list[Task]], None] | None = None) -> TuneResult:
+    """Tune every tunable group of `model` (an IRModule, or an ONNX model / path with static shapes)."""
+    from kiln.ir.module import IRModule
+    from kiln.runtime.executor import fuse  # NOTE: runtime sits below tune; tuning a whole model needs its fusion
+    from kiln.tune.tasks import extract_tasks
+
+    if not isinstance(model, IRModule):
+        from kiln.frontend.onnx import from_onnx
+
+        model = from_onnx(model)
+    tasks = extract_tasks(fuse(model, opt_level))
+    if on_tasks is not None:
+        on_tasks(tasks)
+    return tune_tasks(tasks, records_path, options, progress)

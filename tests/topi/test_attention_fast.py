@@ -1,0 +1,121 @@
+"""The blocked nn.attention compute and schedule (kiln/topi/x86_attention.py) against the operator's
+numpy reference: odd and prime sizes, masks, causal and windows, softcap, GQA, KV cache, nonpad,
+qk outputs, every dtype; and which groups take the blocked path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.codegen.c_source import generate
+from kiln.ir.dtype import to_numpy
+from kiln.runtime.executor import fuse, lower_groups
+from kiln.topi.knobs import applying
+from tests.codegen.conftest import requires_gcc
+from tests.topi.compiled_op import op_module, run_compiled
+
+pytestmark = requires_gcc
+rng = np.random.default_rng(5)
+OP = "nn.attention"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
+        yield
+
+
+def _r(*shape, dtype="float32"):
+    return rng.standard_normal(shape).astype(to_numpy(dtype))
+
+
+def _qkv(b, hq, hkv, sq, skv, d, dv, dtype="float32"):
+    return [_r(b, hq, sq, d, dtype=dtype), _r(b, hkv, skv, d, dtype=dtype), _r(b, hkv, skv, dv, dtype=dtype)]
+
+
+def _check(arrays, **attrs):
+    mod = op_module(OP, arrays, **attrs)
+    run_compiled(mod, [arrays], OP, **attrs)
+    return mod
+
+
+def _blocked(mod) -> bool:
+    kernels, _, _ = lower_groups(fuse(mod))
+    return "attn_fast_ctx" in generate([k.func for k in kernels]).code
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 2, 2, 7, 13, 5, 5),  # primes: no lane split of the keys, a partial query block
+    (2, 3, 3, 1, 1, 8, 8),  # one query, one key
+    (1, 1, 1, 33, 48, 16, 3),  # a value size below the vector width
+    (1, 12, 12, 128, 128, 32, 32),  # BERT-base-like heads
+    (1, 4, 2, 9, 33, 8, 8),  # grouped query heads
+])
+def test_blocked_matches_reference(shape):
+    assert _blocked(_check(_qkv(*shape)))
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(is_causal=1),
+    dict(scale=0.3, softcap=2.0),
+    dict(left_window_size=3, right_window_size=1),
+    dict(qk_matmul_output_mode=1, softcap=1.5),
+    dict(qk_matmul_output_mode=2, is_causal=1),
+])
+def test_bounds_softcap_and_qk_outputs(attrs):
+    assert _blocked(_check(_qkv(1, 3, 3, 17, 23, 8, 8), **attrs))
+
+
+@pytest.mark.parametrize("mask_shape, dtype", [
+    ((17, 32), "float32"),
+    ((1, 1, 17, 32), "float32"),
+    ((2, 3, 17, 32), "bool"),
+    ((32,), "bool"),
+])
+def test_masks(mask_shape, dtype):
+    arrays = _qkv(2, 3, 3, 17, 32, 8, 8)
+    mask = rng.random(mask_shape) < 0.7 if dtype == "bool" else _r(*mask_shape)
+    arrays.append(mask)
+    assert _blocked(_check(arrays))
+
+
+def test_fully_masked_rows_give_zeros():
+    arrays = _qkv(1, 2, 2, 5, 16, 4, 4)
+    mask = np.ones((5, 16), bool)
+    mask[1] = False
+    arrays.append(mask)
+    _check(arrays)
+
+
+def test_nan_and_inf_inputs_reach_the_output():
+    arrays = _qkv(1, 1, 1, 4, 16, 4, 4)
+    arrays[1][0, 0, 3, 0] = np.nan
+    arrays[0][0, 0, 2, 1] = np.inf
+    _check(arrays)
+
+
+def test_kv_cache_and_nonpad():
+    arrays = _qkv(2, 4, 2, 3, 5, 8, 8) + [None, _r(2, 2, 11, 8), _r(2, 2, 11, 8)]
+    assert _blocked(_check(arrays, is_causal=1))
+    nonpad = _qkv(2, 2, 2, 4, 16, 8, 8) + [None, None, None, np.array([9, 16], np.int64)]
+    _check(nonpad)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_every_dtype(dtype):
+    assert _blocked(_check(_qkv(1, 2, 2, 6, 20, 8, 8, dtype), is_causal=1))
+
+
+def test_probabilities_output_and_packed_heads_take_the_general_path():
+    assert not _blocked(_check(_qkv(1, 2, 2, 6, 9, 4, 4), qk_matmul_output_mode=3))
+    packed = [_r(2, 11, 12), _r(2, 5, 12), _r(2, 5, 12)]
+    assert not _blocked(_check(packed, q_num_heads=3, kv_num_heads=3))
+
+
+@pytest.mark.parametrize("config", [{"attention.query_block": 4}, {"attention.query_block": 64},
+                                    {"attention.score_run": 16}])
+def test_knobs(config):
+    arrays = _qkv(1, 2, 2, 19, 40, 8, 8)
+    with applying(config):
+        _check(arrays, is_causal=1)

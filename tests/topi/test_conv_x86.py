@@ -1,0 +1,227 @@
+"""The blocked (NCHW[x]c) x86 convolution path: alter-op-layout at the default opt_level, the
+computes of layout_transform / conv2d_nchwc / pool2d_layout and the register-blocked schedule,
+compiled against the interpreter on odd shapes, strides, dilation, padding, depthwise convs,
+fused epilogues, blocked pooling and every tile-size knob."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.topi.schedule_dispatch as dispatch
+from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, TupleGetItem, Var
+from kiln.ir.expr import Call
+from kiln.ir.visitor import post_order
+from kiln.op import get_op
+from kiln.runtime.executor import build
+from kiln.topi.knobs import KnobSpace, applying
+from kiln.topi.schedule_conv_nchwc import default_tiles
+from kiln.transform import PassContext
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+F32 = "float32"
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    """Every group is lowered here (the on-disk kernel cache would skip its schedule and its knobs)."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def claimed(monkeypatch):
+    """Names of the anchor schedules that returned a schedule during the test."""
+    names: list[str] = []
+    for op, fn in list(dispatch.ANCHOR_SCHEDULES.items()):
+        monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, op, _recording(fn, names))
+    return names
+
+
+def _recording(fn, names):
+    def f(outputs):
+        s = fn(outputs)
+        if s is not None:
+            names.append(fn.__name__)
+        return s
+    return f
+
+
+def _w(*shape) -> Constant:
+    return Constant(rng.standard_normal(shape).astype(np.float32))
+
+
+def _ops(mod: IRModule) -> set[str]:
+    return {getattr(e.op, "name", "") for f in mod.functions.values() for e in post_order(f) if isinstance(e, Call)}
+
+
+def _check(params: list[Var], body, feeds: dict[str, np.ndarray], config: dict | None = None):
+    """Compile at the default opt_level; outputs equal the interpreter's and no group ran on the host."""
+    mod = IRModule({"main": Function(tuple(params), body)})
+    cm = build(mod, 2, PassContext(2, config=config or {}))
+    got = cm.run(feeds)
+    want = kiln.evaluate(mod, feeds)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    assert not cm.host_groups and not cm.ran_on_host
+    return cm
+
+
+def _conv(x, ws, scale=True, **attrs):
+    """conv + bias, times a per-channel scale (folded batch norm)."""
+    y = get_op("nn.conv")(x, _w(*ws), _w(ws[0]), **attrs)
+    return get_op("math.mul")(y, _w(ws[0], 1, 1)) if scale else y
+
+
+CONVS = [  # (x shape, w shape, attrs)
+    ((1, 8, 14, 14), (16, 8, 3, 3), dict(pads=(1, 1, 1, 1))),
+    ((1, 3, 13, 11), (5, 3, 3, 3), dict(pads=(1, 1, 1, 1))),  # channels below the block, primes
+    ((2, 16, 9, 17), (24, 16, 1, 1), {}),  # 1x1, batch 2, odd widths
+    ((1, 16, 15, 15), (8, 16, 1, 1), dict(strides=(2, 2))),  # strided 1x1 (resnet downsample)
+    ((1, 8, 16, 19), (8, 8, 3, 2), dict(dilations=(2, 3), pads=(2, 0, 1, 3))),
+    ((1, 3, 23, 23), (8, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3))),  # the stem
+    ((1, 24, 1, 1), (40, 24, 1, 1), {}),  # a 1x1 map
+    ((1, 12, 7, 7), (20, 12, 3, 3), dict(pads=(1, 1, 1, 1))),  # channel block 4 (12 = 3 x 4)
+    ((1, 8, 5, 29), (8, 8, 3, 3), dict(strides=(1, 3), pads=(0, 1, 2, 1))),  # asymmetric pads, strides
+]
+
+
+@pytest.mark.parametrize("xs, ws, attrs", CONVS)
+def test_blocked_conv_matches_interpreter(claimed, xs, ws, attrs):
+    x = Var("x", TensorType(xs, F32))
+    cm = _check([x], _conv(x, ws, **attrs), {"x": rng.standard_normal(xs).astype(np.float32)})
+    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "schedule_conv_nchwc" in claimed
+
+
+DEPTHWISE = [
+    ((1, 16, 15, 15), dict(pads=(1, 1, 1, 1))),
+    ((1, 24, 14, 14), dict(strides=(2, 2), pads=(0, 0, 1, 1))),  # mobilenet's stride-2 padding
+    ((2, 8, 9, 13), dict(dilations=(2, 2), pads=(2, 2, 2, 2))),
+    ((1, 6, 7, 5), dict(pads=(1, 1, 1, 1))),  # 6 channels: block 6
+    ((1, 16, 1, 1), dict(pads=(1, 1, 1, 1))),  # only padding around one pixel
+]
+
+
+@pytest.mark.parametrize("xs, attrs", DEPTHWISE)
+def test_blocked_depthwise_matches_interpreter(claimed, xs, attrs):
+    c = xs[1]
+    x = Var("x", TensorType(xs, F32))
+    y = get_op("math.clip")(_conv(x, (c, 1, 3, 3), group=c, **attrs), Constant(np.float32(0)),
+                            Constant(np.float32(6)))
+    cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)})
+    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "schedule_conv_nchwc" in claimed
+
+
+def test_grouped_conv_stays_nchw():
+    x = Var("x", TensorType((1, 8, 10, 10), F32))
+    cm = _check([x], _conv(x, (12, 4, 3, 3), group=2, pads=(1, 1, 1, 1)),
+                {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)})
+    assert "nn.conv2d_nchwc" not in _ops(cm.mod)
+
+
+def test_residual_block_with_symbolic_batch(claimed):
+    """Two blocked convs exchange NCHW8c directly; residual add and relu fuse at the second's store."""
+    n = SizeVar("n")
+    x = Var("x", TensorType((n, 16, 10, 21), F32))
+    h = get_op("nn.relu")(_conv(x, (16, 16, 3, 3), pads=(1, 1, 1, 1)))
+    y = get_op("nn.relu")(get_op("math.add")(_conv(h, (16, 16, 3, 3), pads=(1, 1, 1, 1)), x))
+    for b in (1, 3):
+        cm = _check([x], y, {"x": rng.standard_normal((b, 16, 10, 21)).astype(np.float32)})
+    transforms = [e for e in post_order(cm.mod.main) if isinstance(e, Call)
+                  and getattr(e.op, "name", "") == "tensor.layout_transform"]
+    assert len(transforms) == 2  # x in once (shared by the conv and the residual), the result out once
+    assert claimed.count("schedule_conv_nchwc") >= 2
+
+
+@pytest.mark.parametrize("c", [8, 12, 5])
+def test_blocked_pooling_after_conv(claimed, c):
+    """max pool (values only) and global average pool run in the conv's blocked layout."""
+    x = Var("x", TensorType((1, 3, 17, 23), F32))
+    h = get_op("nn.relu")(_conv(x, (c, 3, 3, 3), pads=(1, 1, 1, 1)))
+    p = TupleGetItem(get_op("nn.max_pool")(h, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), 0)
+    a = get_op("nn.average_pool")(_conv(p, (8, c, 1, 1)), kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1))
+    y = get_op("nn.global_average_pool")(_conv(a, (16, 8, 1, 1)))
+    cm = _check([x], y, {"x": rng.standard_normal((1, 3, 17, 23)).astype(np.float32)})
+    assert "nn.pool2d_layout" in _ops(cm.mod)
+    assert claimed.count("schedule_pool") == 3
+
+
+def test_padded_channels_layout_transform():
+    """alter_op_layout.pad_channels: 5 and 13 channels are padded to blocks of 8 and cropped back."""
+    x = Var("x", TensorType((1, 5, 9, 9), F32))
+    y = get_op("nn.relu")(_conv(_conv(x, (13, 5, 3, 3), pads=(1, 1, 1, 1)), (7, 13, 1, 1)))
+    cm = _check([x], y, {"x": rng.standard_normal((1, 5, 9, 9)).astype(np.float32)},
+                config={"alter_op_layout.pad_channels": True})
+    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+
+
+def test_tile_knobs_are_asked_and_every_choice_is_correct():
+    x = Var("x", TensorType((1, 16, 12, 12), F32))
+    y = get_op("nn.relu")(_conv(x, (16, 16, 3, 3), pads=(1, 1, 1, 1)))
+    feeds = {"x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32)}
+    space = KnobSpace()
+    with applying({}, space):
+        _check([x], y, feeds)
+    assert {"conv.ow_tile", "conv.oc_tile"} <= set(space.knobs)
+    for cfg in ({"conv.ow_tile": 5, "conv.oc_tile": 2}, {"conv.ow_tile": 12, "conv.oc_tile": 1},
+                {"conv.ow_tile": 1, "conv.oc_tile": 4}):
+        with applying(cfg):
+            _check([x], y, feeds)
+
+
+@pytest.mark.parametrize("cfg", [{"pool.ow_tile": 4, "pool.inline_pad": False}, {"pool.ow_tile": 16}])
+def test_pool_knobs(cfg):
+    x = Var("x", TensorType((1, 8, 13, 13), F32))
+    h = get_op("nn.relu")(_conv(x, (8, 8, 1, 1)))
+    p = TupleGetItem(get_op("nn.max_pool")(h, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), 0)
+    y = get_op("nn.average_pool")(_conv(p, (8, 8, 1, 1)), kernel_shape=(2, 2), strides=(1, 1), pads=(0, 0, 1, 1))
+    with applying(cfg):
+        _check([x], get_op("nn.relu")(y), {"x": rng.standard_normal((1, 8, 13, 13)).astype(np.float32)})
+
+
+def test_depthwise_knobs():
+    x = Var("x", TensorType((1, 8, 11, 11), F32))
+    y = _conv(x, (8, 1, 3, 3), group=8, pads=(1, 1, 1, 1))
+    feeds = {"x": rng.standard_normal((1, 8, 11, 11)).astype(np.float32)}
+    for cfg in ({"dw.ow_tile": 4, "dw.inline_pad": False}, {"dw.ow_tile": 11, "dw.inline_pad": True}):
+        with applying(cfg):
+            _check([x], y, feeds)
+
+
+@pytest.mark.parametrize("ow, blocks, want", [
+    (56, 8, (2, 7)), (28, 16, (2, 7)), (14, 32, (2, 7)), (7, 64, (2, 7)), (1, 64, (8, 1)), (4, 6, (2, 4)),
+    (112, 4, (2, 7)), (13, 3, (1, 7)), (None, None, (2, 7)), (16, 2, (2, 8)), (30, 5, (1, 6)),
+])
+def test_default_tiles(ow, blocks, want):
+    """~16 accumulators: a column tile of 5..8 dividing the row (7 first), channel blocks dividing the channels."""
+    assert default_tiles(ow, blocks) == want
+
+
+@pytest.mark.parametrize("indices", [False, True])
+def test_max_pool_computes_indices_only_when_used(indices):
+    """NCHW max pool (no conv to seed a blocked region): the argmax reduction exists only when the
+    index output is read; the values match the interpreter either way, NaN included."""
+    x = Var("x", TensorType((1, 3, 9, 11), F32))
+    pool = get_op("nn.max_pool")(x, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    y = TupleGetItem(pool, 0)
+    body = kiln.ir.Tuple((y, TupleGetItem(pool, 1))) if indices else get_op("nn.relu")(y)
+    feeds = {"x": rng.standard_normal((1, 3, 9, 11)).astype(np.float32)}
+    feeds["x"][0, 1, 4, 4] = np.nan
+    cm = _check([x], body, feeds)
+    from kiln.codegen.c_source import generate
+    code = "".join(generate([k.kernel.func]).code for k in cm.kernels.values())
+    assert ("max_pool_arg" in code) == indices
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_floor_mod_helper_signs(dtype):
+    """kiln_runtime.h's branch-free floormod (the conv kernels' index math uses it): every sign pair."""
+    a = np.array([-7, -6, -1, 0, 1, 6, 7, -128 if dtype == "int8" else -1000, 127, 5], dtype)
+    b = np.array([3, -3, 2, -2, 3, -4, -7, 3, -5, 5], dtype)
+    x, y = Var("x", TensorType(a.shape, dtype)), Var("y", TensorType(b.shape, dtype))
+    _check([x, y], get_op("math.mod")(x, y), {"x": a, "y": b})

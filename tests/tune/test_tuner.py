@@ -1,0 +1,119 @@
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime.executor import fuse
+from kiln.tune import records as rec
+from kiln.tune.measure import MeasureOptions
+from kiln.tune.tasks import extract_tasks, host_target
+from kiln.tune.tuner import TuneOptions, tune
+from tests.tune.conftest import requires_gcc
+from tests.tune.models import tiny_model
+
+OPTIONS = TuneOptions(trials=4, batch=2, measure=MeasureOptions(threads=1, timeout=5.0, repeats=2, min_seconds=0.0))
+
+
+def _feeds():
+    return {"x": np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)}
+
+
+@requires_gcc
+def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
+    path = tmp_path / "log.jsonl"
+    seen = []
+    result = tune(tiny_model(), path, OPTIONS, progress=lambda s: seen.append((s.current, s.states[s.current].trials,
+                                                                                s.trials, s.total)))
+    first = rec.load(path)
+    assert len(first) == 4 and {r.target for r in first} == {host_target()}
+    assert seen == [(0, 2, 2, 4), (1, 2, 4, 4)] and len(result.states) == 2
+    for st in result.states:
+        assert st.default_seconds is not None  # the default is always measured first
+        assert st.best[1] <= st.default_seconds
+    assert result.estimated(True) <= result.estimated(False)
+    again = tune(tiny_model(), path, OPTIONS)
+    second = rec.load(path)[4:]
+    assert len(second) == 4
+    defaults = {(st.task.key, tuple(sorted(st.task.default_config.items()))) for st in again.states}
+    old = {(r.key, tuple(sorted(r.config.items()))) for r in first}
+    new = {(r.key, tuple(sorted(r.config.items()))) for r in second}
+    assert old & new == defaults  # only the defaults again (the reference outputs); the rest is new
+    assert all(len(st.measured) == 3 for st in again.states)
+
+
+@requires_gcc
+@pytest.mark.parametrize("executor", ["aot", "graph"])
+def test_a_build_uses_the_recorded_config_and_computes_the_same(executor):
+    model = tiny_model()
+    tasks = extract_tasks(fuse(kiln.from_onnx(model)))
+    odd = {t.key: {**t.default_config, "generic.vector": 4, "generic.unroll": 2, "generic.parallel_min": 1 << 10}
+           for t in tasks}
+    same = {t.key: t.default_config for t in tasks}
+    plain = kiln.build(model, executor=executor)
+    tuned = kiln.build(model, executor=executor, records=odd)
+    default = kiln.build(model, executor=executor, records=same)
+    assert tuned.tuned.applied == set(odd)
+    assert tuned.library.source.code != plain.library.source.code
+    assert default.library.source.code == plain.library.source.code  # the default config is the untuned build
+    for a, b in zip(plain.run(_feeds()), tuned.run(_feeds())):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@requires_gcc
+def test_a_build_reads_the_fastest_config_from_a_records_file(tmp_path):
+    model = tiny_model()
+    task = next(t for t in extract_tasks(fuse(kiln.from_onnx(model))) if "relu" in t.name)
+    slow = {**task.default_config, "generic.vector": 1}
+    fast = {**task.default_config, "generic.vector": 16}
+    path = tmp_path / "log.jsonl"
+    rec.append(path, [rec.Record(task.key, host_target(), slow, 2e-6), rec.Record(task.key, host_target(), fast, 1e-6),
+                      rec.Record(task.key, "another-cpu", slow, 1e-9)])
+    from_file = kiln.build(model, records=path)
+    direct = kiln.build(model, records={task.key: fast})
+    assert from_file.tuned.applied == {task.key}
+    assert from_file.library.source.code == direct.library.source.code
+
+
+@requires_gcc
+def test_a_candidate_whose_outputs_differ_from_the_default_is_a_failure(tmp_path, monkeypatch):
+    import kiln.tune.tuner as tuner
+    from kiln.tune.measure import MeasureResult
+
+    def fake(specs, options):  # the first kernel of a batch is the default: the others compute garbage
+        return [MeasureResult(1e-6 * (i + 1), None, [1.0], [0.5, 1.0] if i == 0 else [0.5, 7.0])
+                for i in range(len(specs))]
+
+    monkeypatch.setattr(tuner, "run_kernels", fake)
+    path = tmp_path / "log.jsonl"
+    result = tune(tiny_model(), path, TuneOptions(trials=4, batch=2))
+    logged = rec.load(path)
+    assert [r.error is None for r in logged] == [True, False, True, False]
+    assert all("wrong result" in r.error for r in logged if r.error)
+    for st in result.states:
+        assert st.best[0] == st.task.default_config and st.failures == 1
+
+
+def test_same_outputs_tolerates_rounding_not_differences():
+    from kiln.tune.measure import same_outputs
+
+    assert same_outputs([1.0, None, 3.0], [1.0 + 1e-7, None, 3.0])
+    assert not same_outputs([1.0, 2.0], [1.0, 2.5])
+    assert not same_outputs([1.0], [1.0, 2.0])
+
+
+@requires_gcc
+def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monkeypatch):
+    import kiln.tune.candidates as candidates
+
+    real = candidates.lower_with
+
+    def picky(fn, name, config, passes=True):
+        if config.get("generic.vector", 8) != 8:  # groups without the knob (the softmax's) lower as usual
+            raise RuntimeError("no such schedule")
+        return real(fn, name, config, passes)
+
+    monkeypatch.setattr(candidates, "lower_with", picky)
+    path = tmp_path / "log.jsonl"
+    result = tune(tiny_model(), path, OPTIONS)
+    failed = [r for r in rec.load(path) if r.error]
+    assert failed and all(r.error.startswith("lower: RuntimeError") and r.seconds is None for r in failed)
+    assert all(st.best is not None for st in result.states)  # the defaults (vector 8) still worked
