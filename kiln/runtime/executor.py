@@ -23,7 +23,7 @@ from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KilnError
 from kiln.ir.dtype import to_numpy
-from kiln.ir.expr import Call, Expr, Function, Op
+from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
 from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
@@ -175,13 +175,22 @@ class _KernelInterpreter(Interpreter):
             sp = self.cm.specializers[id(fn)] = Specializer(fn, f"group{len(self.cm.specializers)}")
         spec = sp.kernel_for(args)
         if spec is None:
+            strings = " on string tensors" if _touches_strings(fn) else ""
             self.cm.ran_on_host[id(fn)] = sp.errors[-1] if sp.errors else (
-                f"a group of {', '.join(_op_names(fn))}: no kernel ahead of time, no small inputs to specialize on")
+                f"a group of {', '.join(_op_names(fn))}{strings}: no kernel ahead of time, no small inputs to "
+                f"specialize on")
         return spec
 
 
 def _op_names(fn: Function) -> list[str]:
     return sorted({e.op.name for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)})
+
+
+def _touches_strings(fn: Function) -> bool:
+    from kiln.ir.types import TensorType
+
+    return any(isinstance(e.type, TensorType) and e.type.dtype == "string"
+               for e in post_order(fn) if isinstance(e, (Call, Var)))
 
 
 def _returns_tuple(fn: Function) -> bool:

@@ -14,18 +14,9 @@ from kiln import te, tir
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
 
-F64 = "float64"
+from kiln.topi.vision_more import F64, _f, _static
+
 I64 = "int64"
-
-
-def _f(v: float) -> PrimExpr:
-    return tir.const(float(v), F64)
-
-
-def _static(name: str, d: PrimExpr, what: str) -> int:
-    if not isinstance(d, tir.IntImm):
-        raise ComputeError(f"{name}: {what} must be static, got {d}")
-    return d.value
 
 
 def _index(pos: PrimExpr, n: int) -> PrimExpr:

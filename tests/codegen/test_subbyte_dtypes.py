@@ -165,12 +165,6 @@ def test_float64_to_float16_rounds_once_like_numpy(cache):
 # math.cast through the executor: no host groups, the interpreter's numbers
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def casts_compile_like_interpreter(x: np.ndarray, attrs: list[dict]) -> None:
     from kiln.runtime.executor import build as build_executor

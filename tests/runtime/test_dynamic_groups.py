@@ -24,12 +24,6 @@ pytestmark = requires_gcc
 rng = np.random.default_rng(3)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _matches(mod, feeds_list, tol=1e-5):
     cm = build(mod)

@@ -18,12 +18,6 @@ pytestmark = requires_gcc
 rng = np.random.default_rng(2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _open_transpose() -> IRModule:
     """relu then transpose of a tensor whose first and last dims are unknown (ANY)."""

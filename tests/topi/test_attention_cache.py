@@ -15,12 +15,6 @@ rng = np.random.default_rng(11)
 OP = "nn.attention"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _r(*shape, dtype="float32"):
     return rng.standard_normal(shape).astype(to_numpy(dtype))

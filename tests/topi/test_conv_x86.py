@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import kiln
-import kiln.topi.schedule_dispatch as dispatch
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, TupleGetItem, Var
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
@@ -27,27 +26,8 @@ rng = np.random.default_rng(0)
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    """Every group is lowered here (the on-disk kernel cache would skip its schedule and its knobs)."""
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def claimed(monkeypatch):
-    """Names of the anchor schedules that returned a schedule during the test."""
-    names: list[str] = []
-    for op, fn in list(dispatch.ANCHOR_SCHEDULES.items()):
-        monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, op, _recording(fn, names))
-    return names
-
-
-def _recording(fn, names):
-    def f(outputs):
-        s = fn(outputs)
-        if s is not None:
-            names.append(fn.__name__)
-        return s
-    return f
+def _fresh(fresh_cache):
+    """Every group is lowered here (see tests/topi/conftest.py)."""
 
 
 def _w(*shape) -> Constant:

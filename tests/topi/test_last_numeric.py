@@ -21,12 +21,6 @@ pytestmark = pytest.mark.skipif(__import__("shutil").which("gcc") is None, reaso
 PAIRS = [("uint8", "uint8"), ("int8", "int8"), ("uint8", "int8"), ("int8", "uint8")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def full(shape, dtype: str, rng) -> np.ndarray:
     """Values over a dtype's whole range (so the zero-point shifts reach +-255)."""

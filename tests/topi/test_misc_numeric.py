@@ -23,12 +23,6 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not 
 TOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-10}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _var(name: str, a: np.ndarray, any_dims: bool = False) -> Var:
     shape = tuple(ANY for _ in a.shape) if any_dims else a.shape

@@ -117,12 +117,6 @@ def test_tensor_scatter(mode):
 # end to end: compiled by the executor, no host groups
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _var(name, a, symbolic=()):
     shape = tuple(SizeVar(f"{name}{k}") if k in symbolic else n for k, n in enumerate(a.shape))

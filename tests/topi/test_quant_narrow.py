@@ -21,12 +21,6 @@ SUB_INTS = ["int4", "uint4", "int2", "uint2"]
 FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def compiled_matches_interpreter(build_outputs, feeds: dict[str, np.ndarray]) -> None:
     """build_outputs(vars by name) -> output exprs; the compiled module runs nothing on the host and

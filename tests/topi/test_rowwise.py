@@ -19,12 +19,6 @@ rng = np.random.default_rng(7)
 OP = "nn.layer_normalization"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _check(shape, dtype="float32", bias=True, **attrs) -> bool:
     """Compare with the reference; whether the row-wise kernel was used."""

@@ -15,6 +15,7 @@ from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.op import get_op
 from kiln.runtime.executor import fuse, lower_groups
 from kiln.topi.knobs import applying
+from tests.topi.conftest import recording
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 F32 = "float32"
@@ -53,7 +54,7 @@ def _check(mod: IRModule, config=None) -> None:
 ])
 def test_attention_matches_interpreter(monkeypatch, qs, ks, attrs):
     names = []
-    monkeypatch.setattr(dispatch, "schedule_attention", _recording(dispatch.schedule_attention, names))
+    monkeypatch.setattr(dispatch, "schedule_attention", recording(dispatch.schedule_attention, names))
     _check(_attention(qs, ks, ks, **attrs))
     assert names == ["schedule_attention"]
 
@@ -74,12 +75,3 @@ def test_probabilities_are_computed_once():
 
     src = generate([k.func for k in kernels]).code
     assert "attn_probs[" in src
-
-
-def _recording(fn, names):
-    def f(outputs):
-        s = fn(outputs)
-        if s is not None:
-            names.append(fn.__name__)
-        return s
-    return f

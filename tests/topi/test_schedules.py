@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import kiln
-import kiln.topi.schedule_dispatch as dispatch
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
 
@@ -20,28 +19,8 @@ rng = np.random.default_rng(0)
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    """Every group is lowered here: a kernel-cache hit would skip the schedule these tests observe."""
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def claimed(monkeypatch):
-    """Names of the anchor schedules that returned a schedule during the test."""
-    names: list[str] = []
-    for op, fn in list(dispatch.ANCHOR_SCHEDULES.items()):
-        monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, op, _recording(fn, names))
-    monkeypatch.setattr(dispatch, "schedule_reduce", _recording(dispatch.schedule_reduce, names))
-    return names
-
-
-def _recording(fn, names):
-    def f(outputs):
-        s = fn(outputs)
-        if s is not None:
-            names.append(fn.__name__)
-        return s
-    return f
+def _fresh(fresh_cache):
+    """Every group is lowered here (see tests/topi/conftest.py)."""
 
 
 def _w(*shape) -> Constant:

@@ -19,12 +19,6 @@ rng = np.random.default_rng(3)
 _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_compile_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
-        yield
-
 
 def _whole_range() -> np.ndarray:
     """Specials, subnormals, the range edges of each function, and random bit patterns."""
