@@ -92,10 +92,9 @@ def _omp_set_num_threads(library: Any) -> Any:
 def _load_model(directory: str | os.PathLike) -> CompiledModel:
     from kiln.runtime import artifact
 
-    cm, meta = artifact.load(directory)
-    if "aot" in meta and cm.library is not None:
-        return CompiledModel(cm.mod, "aot", artifact.load_aot(cm.mod, meta, directory, cm.library),
-                             meta.get("opt_level", 2))
+    cm, aot, meta = artifact.load(directory)
+    if aot is not None:
+        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2))
     return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2))
 
 

@@ -95,8 +95,9 @@ def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any
     try:
         text, params = text_with_params(cm.mod)
         weights = {f"param{i}": a for i, a in enumerate(params)}
-        kernels = _kernel_records(cm, params, weights)
-        aot_meta = _aot_record(aot, params, weights) if aot is not None else None
+        by_id = {id(a): key for key, a in weights.items()}
+        kernels = _kernel_records(cm, by_id, weights)
+        aot_meta = _aot_record(aot, by_id, weights) if aot is not None else None
         for name, a in weights.items():
             if a.dtype == object:
                 raise ArtifactError(f"weight {name} has dtype {a.dtype}; only numeric weights can be saved")
@@ -121,51 +122,45 @@ def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any
     return dest
 
 
-def _kernel_records(cm: CompiledModule, params: list[np.ndarray], weights: dict[str, np.ndarray]) -> list:
-    by_id = {id(a): f"param{i}" for i, a in enumerate(params)}
+def _weight_key(a: np.ndarray, name: str, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> str:
+    """The npz key of `a`: a graph parameter's key when it is one, else `name` (saved under it)."""
+    key = by_id.get(id(a))
+    if key is None:
+        key = name
+        weights[key] = a
+    return key
+
+
+def _kernel_records(cm: CompiledModule, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> list:
     seen: dict[int, dict] = {}
     for ck in cm.kernels.values():
         k = ck.kernel
         if id(k) in seen:
             continue
-        consts = []
-        for j, a in enumerate(k.constants):
-            key = by_id.get(id(a))
-            if key is None:
-                key = f"{k.func.name}.const{j}"
-                weights[key] = a
-            consts.append(key)
+        consts = [_weight_key(a, f"{k.func.name}.const{j}", by_id, weights) for j, a in enumerate(k.constants)]
         seen[id(k)] = {"name": k.func.name, "symbol": ck.fn.info.symbol, "num_params": k.num_params,
                        "constants": consts,
                        "params": encode_params(dataclasses.replace(k.func, params=k.signature))}
     return list(seen.values())
 
 
-def _aot_record(aot: AotModule, params: list[np.ndarray], weights: dict[str, np.ndarray]) -> dict[str, Any]:
-    by_id = {id(a): f"param{i}" for i, a in enumerate(params)}
-    keys = []
-    for j, a in enumerate(aot.weights):
-        key = by_id.get(id(a))
-        if key is None:
-            key = f"aot.weight{j}"
-            weights[key] = a
-        keys.append(key)
+def _aot_record(aot: AotModule, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> dict[str, Any]:
+    keys = [_weight_key(a, f"aot.weight{j}", by_id, weights) for j, a in enumerate(aot.weights)]
     return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
             "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report())}
 
 
-def load_aot(mod: IRModule, meta: dict[str, Any], directory: str | os.PathLike, library: Any) -> AotModule:
+def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray], directory: Path,
+              library: Any) -> AotModule:
     """The AOT executor of a saved model whose metadata has an "aot" record (see `export`)."""
-    rec = meta["aot"]
     try:
-        with np.load(Path(directory) / WEIGHTS, allow_pickle=False) as z:
-            weights = [z[k] for k in rec["weights"]]
         outputs = [(tuple(shape), np.dtype(dt)) for shape, dt in rec["outputs"]]
         mem = rec["memory"]
         report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
-        return AotModule(mod, weights, outputs, int(rec["arena_bytes"]), library, report)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
-        raise ArtifactError(f"{Path(directory) / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
+        return AotModule(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
+                         report)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ArtifactError(f"{directory / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
                             ) from None
 
 
@@ -225,8 +220,9 @@ def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def load(directory: str | os.PathLike) -> tuple[CompiledModule, dict[str, Any]]:
-    """The executor state saved in `directory` (see read_metadata for what is checked)."""
+def load(directory: str | os.PathLike) -> tuple[CompiledModule, AotModule | None, dict[str, Any]]:
+    """The executor state saved in `directory` (see read_metadata for what is checked), and the AOT
+    executor when the model was saved from one (its library holds the entry function)."""
     d = Path(directory)
     meta = read_metadata(d)
     try:
@@ -250,10 +246,12 @@ def load(directory: str | os.PathLike) -> tuple[CompiledModule, dict[str, Any]]:
             if name is not None:
                 kernel_of[id(fn)] = kernels[name] = _with_outputs(kernels[name], fn)
         symbols = {r["name"]: r["symbol"] for r in meta["kernels"]}
-        return assemble(mod, kernel_of, meta["host_groups"],
-                        lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib), meta
+        cm = assemble(mod, kernel_of, meta["host_groups"],
+                      lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib)
     except (KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{d / GRAPH}: the kernel table is inconsistent ({type(e).__name__}: {e})") from None
+    aot = _load_aot(mod, meta["aot"], weights, d, lib) if "aot" in meta and lib is not None else None
+    return cm, aot, meta
 
 
 class LoadedLibrary:
