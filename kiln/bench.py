@@ -51,6 +51,18 @@ def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level
     return Engine(f"kiln ({tag})", lambda: sess.run(None, feeds))
 
 
+def with_fixed_dims(model: Any, dims: dict[str, int], say: Callable[[str], None], hint: str = "") -> Any:
+    """The model with every symbolic input dim fixed: to its value in `dims`, else to 1 (said)."""
+    from kiln.build import fix_dims
+
+    dims = dict(dims)
+    for name in symbolic_dims(model):
+        if name not in dims:
+            dims[name] = 1
+            say(f"symbolic dim {name} = 1 (set it with --dim {name}=VALUE{hint})")
+    return fix_dims(model, dims)
+
+
 def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
             say: Callable[[str], None], records: Any = None) -> list[Engine]:
     import kiln
@@ -74,7 +86,7 @@ def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, op
 def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
           seed: int = 0, say: Callable[[str], None] = print, records: Any = None) -> list[Engine]:
     import kiln
-    from kiln.build import fix_dims, flop_count
+    from kiln.build import flop_count
     from kiln.cli import random_feeds
     from kiln.errors import InputError
     from kiln.frontend.onnx import load_model
@@ -82,13 +94,7 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     if runs < 1 or warmup < 0:
         raise InputError(f"--runs must be >= 1 and --warmup >= 0, got {runs} and {warmup}")
     threads = threads or os.cpu_count() or 1
-    model = load_model(model)
-    dims = dict(dims)
-    for name in symbolic_dims(model):
-        if name not in dims:
-            dims[name] = 1
-            say(f"symbolic dim {name} = 1 (set it with --dim {name}=VALUE)")
-    model = fix_dims(model, dims)
+    model = with_fixed_dims(load_model(model), dims, say)
     mod = kiln.from_onnx(model)
     feeds = random_feeds(mod, {}, {}, seed)
     flops = flop_count(mod)

@@ -15,20 +15,13 @@ from kiln.tune.tuner import TuneOptions, TuneResult, tune
 def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int = 64, threads: int | None = None,
              timeout: float = 10.0, batch: int = 8, opt_level: int = 2, seed: int = 0,
              say: Callable[[str], None] = print) -> int:
-    from kiln.bench import symbolic_dims
-    from kiln.build import fix_dims
+    from kiln.bench import with_fixed_dims
     from kiln.frontend.onnx import load_model
 
     if trials < 1 or batch < 1 or timeout <= 0:
         raise InputError(f"--trials and --batch must be >= 1 and --timeout > 0, got {trials}, {batch}, {timeout}")
     threads = threads or os.cpu_count() or 1
-    model = load_model(model_path)
-    dims = dict(dims)
-    for name in symbolic_dims(model):
-        if name not in dims:
-            dims[name] = 1
-            say(f"symbolic dim {name} = 1 (set it with --dim {name}=VALUE; builds match records by shape)")
-    model = fix_dims(model, dims)
+    model = with_fixed_dims(load_model(model_path), dims, say, "; builds match records by shape")
     options = TuneOptions(trials=trials, batch=batch, seed=seed,
                           measure=MeasureOptions(threads=threads, timeout=timeout))
 

@@ -8,7 +8,6 @@ script for the sweep's summary: pass rate and how many cases ran any fused group
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
@@ -16,21 +15,13 @@ import numpy as np
 import pytest
 
 from tests.conformance.cases import assert_similar, data_sets, node_cases
-from tests.conformance.test_node_cases import expected_failures, xfail_mark
+from tests.conformance.test_node_cases import expected_failures, read_reasons, xfail_mark
 
-HERE = os.path.dirname(__file__)
 SAMPLE = 10
 
 
 def compiled_expected_failures() -> dict[str, str]:
-    out = {}
-    with open(os.path.join(HERE, "compiled_expected_failures.txt")) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#"):
-                name, _, reason = line.partition(":")
-                out[name.strip()] = reason.strip()
-    return out
+    return read_reasons("compiled_expected_failures.txt")
 
 
 XFAIL = {**expected_failures(), **compiled_expected_failures()}

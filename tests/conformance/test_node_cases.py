@@ -16,15 +16,20 @@ from tests.conformance.cases import assert_similar, data_sets, node_cases
 HERE = os.path.dirname(__file__)
 
 
-def expected_failures() -> dict[str, str]:
+def read_reasons(filename: str) -> dict[str, str]:
+    """`name: reason` lines of a file beside this one (blank lines and # comments skipped)."""
     out = {}
-    with open(os.path.join(HERE, "expected_failures.txt")) as f:
+    with open(os.path.join(HERE, filename)) as f:
         for line in f:
             line = line.strip()
             if line and not line.startswith("#"):
                 name, _, reason = line.partition(":")
                 out[name.strip()] = reason.strip()
     return out
+
+
+def expected_failures() -> dict[str, str]:
+    return read_reasons("expected_failures.txt")
 
 
 XFAIL = expected_failures()
