@@ -9,6 +9,7 @@ FloorDiv/FloorMod for index arithmetic, TruncDiv/TruncMod for C semantics (ONNX 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,6 +294,14 @@ def min_(a: ExprLike, b: ExprLike) -> Min:
 
 def max_(a: ExprLike, b: ExprLike) -> Max:
     return Max(*_pair(a, b))
+
+
+def all_of(conds: Sequence[PrimExpr]) -> PrimExpr:
+    """The conjunction of `conds` (true when there are none)."""
+    out = conds[0] if conds else const(True)
+    for c in conds[1:]:
+        out = out & c
+    return out
 
 
 def select(cond: PrimExpr, t: ExprLike, f: ExprLike) -> Select:

@@ -249,10 +249,7 @@ def _pad(attrs, inputs, out_type, consts):
         if not ok:
             return v
         fill = value(*([0] * value.ndim)) if value is not None else tir.const(0, x.dtype)
-        cond = ok[0]
-        for c in ok[1:]:
-            cond = cond & c
-        return select(cond, v, fill)
+        return select(tir.all_of(ok), v, fill)
 
     return te.compute(out_shape, f, name="pad")
 

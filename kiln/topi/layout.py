@@ -21,13 +21,6 @@ from kiln.topi.nn import MAX_TAKEN
 from kiln.topi.registry import ComputeError, get_compute, register_compute, static_shape
 
 
-def _all(conds: Sequence[PrimExpr]) -> PrimExpr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else out & c
-    return out
-
-
 def _static(d: PrimExpr) -> int | None:
     return d.value if isinstance(d, tir.IntImm) else None
 
@@ -74,7 +67,7 @@ def _layout_transform(attrs, inputs, out_type, consts):
                 src_idx.append(idx[a] % g)
             else:
                 src_idx.append(idx[a] // g if g else idx[a])
-        cond = _all(conds)
+        cond = tir.all_of(conds) if conds else None
         v = x(*src_idx)
         return v if cond is None else select(cond, v, tir.const(0, x.dtype))
 
@@ -96,7 +89,7 @@ def pad_blocked(x: te.Tensor, pads: Sequence[tuple[int, int]], fill: PrimExpr, n
     def f(i, j, y, z, k):
         ok = [(y >= pt) & (y - pt < hs)] if pt or pb else []
         ok += [(z >= pl) & (z - pl < ws)] if pl or pr else []
-        return select(_all(ok), x(i, j, y - pt, z - pl, k), fill)
+        return select(tir.all_of(ok), x(i, j, y - pt, z - pl, k), fill)
 
     return te.compute((n, c, hs + pt + pb, ws + pl + pr, cb), f, name=name)
 

@@ -18,13 +18,6 @@ for _name in ("tensor.shape", "tensor.size", "tensor.slice", "tensor.pad"):
     get_op(_name).extra["runtime_broadcast"] = True
 
 
-def _all(conds: list[PrimExpr]) -> PrimExpr:
-    out = conds[0]
-    for c in conds[1:]:
-        out = out & c
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # tensor.pad
 
@@ -81,7 +74,7 @@ def pad_runtime(attrs, inputs, out_type, consts):
         if not ok:
             return v
         fill = value(*([0] * value.ndim)) if value is not None else tir.const(0, x.dtype)
-        return select(_all(ok), v, fill)
+        return select(tir.all_of(ok), v, fill)
 
     return te.compute(out_dims(out_type, inputs), f, name="pad")
 

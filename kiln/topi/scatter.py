@@ -44,13 +44,6 @@ def _clamp(v: PrimExpr, n: PrimExpr) -> PrimExpr:
     return tir.min_(v, n - 1)
 
 
-def _all(conds: Sequence[PrimExpr]) -> PrimExpr:
-    out = conds[0] if conds else tir.const(True)
-    for c in conds[1:]:
-        out = out & c
-    return out
-
-
 @register_compute("tensor.scatter_elements")
 def _scatter_elements(attrs, inputs, out_type, consts):
     data, idx, upd = inputs[:3]
@@ -62,7 +55,7 @@ def _scatter_elements(attrs, inputs, out_type, consts):
 
     def hit(i, vs):
         inside = [i[a] < idx.shape[a] for a in range(data.ndim) if a != axis]
-        return _all(inside + [tir.eq(norm_index(idx(*pos(i, vs)), data.shape[axis]), i[axis])])
+        return tir.all_of(inside + [tir.eq(norm_index(idx(*pos(i, vs)), data.shape[axis]), i[axis])])
 
     return scatter_compute(data, [idx.shape[axis]], hit, lambda i, vs: upd(*pos(i, vs)), attrs.reduction,
                            "scatter_elements")
@@ -77,6 +70,6 @@ def _scatter_nd(attrs, inputs, out_type, consts):
     k = k.value
 
     def hit(i, vs):
-        return _all([tir.eq(norm_index(idx(*vs, tir.const(t)), data.shape[t]), i[t]) for t in range(k)])
+        return tir.all_of([tir.eq(norm_index(idx(*vs, tir.const(t)), data.shape[t]), i[t]) for t in range(k)])
 
     return scatter_compute(data, idx.shape[:-1], hit, lambda i, vs: upd(*vs, *i[k:]), attrs.reduction, "scatter_nd")

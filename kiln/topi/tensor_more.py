@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from kiln import te, tir
-from kiln.tir import PrimExpr, select
+from kiln.tir import select
 from kiln.topi.extern import extern
 from kiln.topi.injective import norm_index, ravel, reshape_to
 from kiln.topi.registry import ComputeError, const_ints, out_dims, register_compute, static_shape
@@ -55,13 +55,6 @@ def _compress(attrs, inputs, out_type, consts):
 # tensor.col2im
 
 
-def _all(conds: list[PrimExpr]) -> PrimExpr:
-    out = conds[0] if conds else tir.const(True)
-    for c in conds[1:]:
-        out = out & c
-    return out
-
-
 @register_compute("tensor.col2im")
 def _col2im(attrs, inputs, out_type, consts):
     """Each image element sums the column entries of every kernel offset whose sliding block
@@ -93,7 +86,7 @@ def _col2im(attrs, inputs, out_type, consts):
             conds += [q >= 0, tir.eq(q % strides[a], tir.const(0)), q // strides[a] < blocks[a]]
             src.append(tir.min_(tir.max_(q // strides[a], tir.const(0)), tir.const(blocks[a] - 1)))
         col = ravel([k.var for k in ks], kdims)
-        return te.sum(x(n, c * kb + col, ravel(src, bdims)), ks, where=_all(conds))
+        return te.sum(x(n, c * kb + col, ravel(src, bdims)), ks, where=tir.all_of(conds))
 
     return te.compute(out_dims(out_type, inputs), f, name="col2im")
 
@@ -138,5 +131,5 @@ def _max_unpool(attrs, inputs, out_type, consts):
         return LAST((tir.const(True), x(*vs)), ks, where=hit)
 
     found, val = te.compute(shape, f, name="max_unpool_acc")
-    inside = lambda o: _all([v < n for v, n in zip(o, natural)])  # noqa: E731
+    inside = lambda o: tir.all_of([v < n for v, n in zip(o, natural)])  # noqa: E731
     return te.compute(shape, lambda *o: select(found(*o) & inside(o), val(*o), zero), name="max_unpool")

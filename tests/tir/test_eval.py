@@ -70,3 +70,11 @@ def test_run_computes():
     a, b = nests.make_args(f, np.random.default_rng(0))
     run(f, a, b)
     np.testing.assert_array_equal(b, a + np.float32(1.0))
+
+
+def test_all_of_is_the_conjunction():
+    i = E.Var("i", "int64")
+    conds = [i > 1, i < 5, E.ne(i, 3)]
+    for v in range(-1, 8):
+        assert bool(eval_expr(E.all_of(conds), {i: v})) == (1 < v < 5 and v != 3)
+    assert bool(eval_expr(E.all_of([]), {}))
