@@ -17,7 +17,7 @@ from kiln.op.nn import Window
 from kiln.te.tensor import _lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
-from kiln.topi.nn import MAX_TAKEN
+from kiln.topi.nn import MAX_TAKEN, window_count
 from kiln.topi.registry import ComputeError, get_compute, register_compute, static_shape
 
 
@@ -211,19 +211,9 @@ def _pool2d_layout(attrs, inputs, out_type, consts):
 
     total = te.compute((n, c, out[0], out[1], cb), fsum, name="average_pool_sum")
 
-    def count(oy: PrimExpr, ox: PrimExpr) -> PrimExpr:
-        cnt: PrimExpr = tir.const(1, acc)
-        for a, o in enumerate((oy, ox)):
-            size = (hs, ws)[a]
-            lo = -pads[a][0] if attrs.count_include_pad else 0
-            hi = size + pads[a][1] if attrs.count_include_pad else size
-            inside: PrimExpr = tir.const(0, acc)
-            for k in range(win.kernel[a]):
-                p = o * win.strides[a] - pads[a][0] + k * win.dilations[a]
-                inside = inside + _cast(acc, (p >= lo) & (p < hi))
-            cnt = cnt * inside
-        return cnt
+    def f(i, j, y, z, k):
+        return _cast(x.dtype, total(i, j, y, z, k) / window_count((y, z), win, (hs, ws), pads, attrs.count_include_pad,
+                                                                  acc))
 
-    return te.compute(total.shape, lambda i, j, y, z, k: _cast(x.dtype, total(i, j, y, z, k) / count(y, z)),
-                      name="average_pool")
+    return te.compute(total.shape, f, name="average_pool")
 

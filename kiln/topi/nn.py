@@ -182,20 +182,25 @@ def _average_pool(attrs, inputs, out_type, consts):
     xp = pad_spatial(x, [(b, e + ex) for (b, e), ex in zip(pads, extra)], tir.const(0, x.dtype))
     total = _window_reduce(xp, xs, win, out, lambda v, ks, o: te.sum(_cast(acc, v), ks), "average_pool_sum")
 
-    def count(o: Sequence[PrimExpr]) -> PrimExpr:
-        """Taps of the window at o inside the image (or inside image + explicit pads)."""
-        n: PrimExpr = tir.const(1, acc)
-        for a, oa in enumerate(o):
-            lo = -pads[a][0] if attrs.count_include_pad else 0
-            hi = xs[2 + a] + pads[a][1] if attrs.count_include_pad else xs[2 + a]
-            inside: PrimExpr = tir.const(0, acc)
-            for k in range(win.kernel[a]):
-                p = oa * win.strides[a] - pads[a][0] + k * win.dilations[a]
-                inside = inside + _cast(acc, (p >= lo) & (p < hi))
-            n = n * inside
-        return n
+    def f(n, c, *o):
+        return _cast(x.dtype, total(n, c, *o) / window_count(o, win, xs[2:], pads, attrs.count_include_pad, acc))
 
-    return te.compute(total.shape, lambda n, c, *o: _cast(x.dtype, total(n, c, *o) / count(o)), name="average_pool")
+    return te.compute(total.shape, f, name="average_pool")
+
+
+def window_count(o: Sequence[PrimExpr], win, sizes: Sequence, pads, include_pad: int, acc: str) -> PrimExpr:
+    """Taps of the pooling window at output position o inside the image of spatial `sizes` (or inside
+    image + explicit pads with count_include_pad): average pooling's divisor."""
+    n: PrimExpr = tir.const(1, acc)
+    for a, oa in enumerate(o):
+        lo = -pads[a][0] if include_pad else 0
+        hi = sizes[a] + pads[a][1] if include_pad else sizes[a]
+        inside: PrimExpr = tir.const(0, acc)
+        for k in range(win.kernel[a]):
+            p = oa * win.strides[a] - pads[a][0] + k * win.dilations[a]
+            inside = inside + _cast(acc, (p >= lo) & (p < hi))
+        n = n * inside
+    return n
 
 
 def _lp(v: PrimExpr, p: int, acc: str) -> PrimExpr:
