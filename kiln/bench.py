@@ -1,12 +1,13 @@
 """`kiln bench`: Kiln, ONNX Runtime and the interpreter on the same inputs and thread count.
 
-Runs alternate between engines (one run of each, repeated) so that a machine that speeds up or
-slows down during the benchmark affects all of them alike. Reports median and p90 latency and
-GFLOP/s from the graph's conv/matmul/gemm work.
+Engines take turns (`alternate`) so that a machine that speeds up or slows down during the benchmark
+affects all of them alike. Reports median and p90 latency and GFLOP/s from the graph's
+conv/matmul/gemm work.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -27,6 +28,32 @@ class Engine:
         out = self.run()
         self.times.append(time.perf_counter() - t0)
         return out
+
+
+def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: float = math.inf) -> None:
+    """Time `runs` runs of each engine, taking turns: a turn is one untimed run, then `burst` timed ones.
+
+    Why turns of several runs: every runtime keeps its worker threads spinning for a while after a
+    run (libgomp, ONNX Runtime's pool, PyTorch's). Alternating run by run on a 2-core machine makes
+    each run compete with the previous engine's spinning threads; a ~50 us model then loses whole
+    scheduler slices and measures 10-50x slower than it runs alone. The untimed run at the start of a
+    turn absorbs the switch, and the timed runs measure each engine in steady state, as when it
+    serves alone, while the turns still spread machine noise over all engines. Stops early (after
+    at least 5 turns) once `deadline_s` seconds have passed, so that one slow engine cannot hold
+    the whole benchmark.
+    """
+    if runs < 1 or burst < 1:
+        raise ValueError(f"runs and burst must be >= 1, got {runs} and {burst}")
+    t_end = time.perf_counter() + deadline_s
+    turns = 0
+    while min(len(e.times) for e in engines) < runs:
+        for e in engines:
+            e.run()
+            for _ in range(min(burst, runs - len(e.times))):
+                e.timed()
+        turns += 1
+        if turns >= 5 and time.perf_counter() > t_end:
+            break
 
 
 def symbolic_dims(model: Any) -> list[str]:
@@ -84,30 +111,28 @@ def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, op
 
 
 def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
-          seed: int = 0, say: Callable[[str], None] = print, records: Any = None) -> list[Engine]:
+          seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5) -> list[Engine]:
     import kiln
     from kiln.build import flop_count
     from kiln.cli import random_feeds
     from kiln.errors import InputError
     from kiln.frontend.onnx import load_model
 
-    if runs < 1 or warmup < 0:
-        raise InputError(f"--runs must be >= 1 and --warmup >= 0, got {runs} and {warmup}")
+    if runs < 1 or warmup < 0 or burst < 1:
+        raise InputError(f"--runs and --burst must be >= 1 and --warmup >= 0, got {runs}, {burst} and {warmup}")
     threads = threads or os.cpu_count() or 1
     model = with_fixed_dims(load_model(model), dims, say)
     mod = kiln.from_onnx(model)
     feeds = random_feeds(mod, {}, {}, seed)
     flops = flop_count(mod)
     say(f"inputs: {', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}; threads {threads}; "
-        f"{runs} runs after {warmup} warmup; {flops / 1e9:.4f} GFLOP per run (conv/matmul/gemm)")
+        f"{runs} runs after {warmup} warmup, in turns of {burst}; {flops / 1e9:.4f} GFLOP per run (conv/matmul/gemm)")
     eng = engines(model, mod, feeds, threads, opt_level, say, records)
     results = [e.run() for e in eng]
     for _ in range(warmup):
         for e in eng:
             e.run()
-    for _ in range(runs):
-        for e in eng:
-            e.timed()
+    alternate(eng, runs, burst)
     ref = results[-1]
     say(f"{'engine':18s} {'median ms':>10s} {'p90 ms':>10s} {'GFLOP/s':>10s} {'max |diff| vs interpreter':>26s}")
     for e, res in zip(eng, results):

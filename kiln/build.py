@@ -238,7 +238,8 @@ def fix_dims(model: Any, dims: dict[str, int]) -> Any:
 
 
 def flop_count(mod: IRModule) -> int:
-    """FLOPs of one run counted from conv, matmul and gemm (2 per multiply-add); needs static shapes."""
+    """FLOPs of one run counted from conv, matmul and gemm, also in their blocked and packed forms (2 per
+    multiply-add); needs static shapes."""
     from kiln.ir.expr import Call, Op
     from kiln.ir.visitor import post_order
 
@@ -259,4 +260,7 @@ _MACS: dict[str, Callable[..., int]] = {  # multiply-adds per output element
     "nn.conv": lambda e, x, w: int(np.prod(w[1:], dtype=np.int64)),
     "linalg.mat_mul": lambda e, a, b: a[-1],
     "linalg.gemm": lambda e, a, b: a[0] if e.attrs.transA else a[1],
+    # the optimized graph's forms: a blocked conv's W is [O/o, I/i, KH, KW, i, o], a packed dense's A is [..., K]
+    "nn.conv2d_nchwc": lambda e, x, w: int(np.prod(w, dtype=np.int64)) // (w[0] * w[-1]),
+    "linalg.dense_packed": lambda e, a, w: a[-1],
 }

@@ -228,7 +228,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.bench import bench
 
     bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed,
-          records=args.records)
+          records=args.records, burst=args.burst)
     return 0
 
 
@@ -278,12 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="time Kiln, ONNX Runtime and the interpreter on a model",
                        description="Time MODEL.onnx on random inputs with Kiln (compiled), ONNX Runtime (if "
-                                   "installed) and the reference interpreter, alternating runs.")
+                                   "installed) and the reference interpreter, taking turns.")
     b.add_argument("model", help="path to an .onnx file")
     b.add_argument("--threads", type=int, default=None, help="threads for Kiln and ONNX Runtime "
                    "(default: all cores)")
     b.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
     b.add_argument("--warmup", type=int, default=3, help="untimed runs per engine first (default 3)")
+    b.add_argument("--burst", type=int, default=5, help="timed runs per turn; each turn starts with one "
+                   "untimed run so that the previous engine's spinning threads do not count (default 5)")
     b.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim (default 1)")
     b.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
                    help="Kiln's graph optimization level (default 2)")

@@ -2,7 +2,8 @@
 Runtime vs PyTorch eager on resnet18, resnet50, mobilenet_v2, a BERT-style encoder (6 layers, hidden
 384, 12 heads, seq 128) and a 784-1024-1024-10 MLP, at each batch size and thread count asked for.
 
-Engines alternate run by run (one run of each, repeated) so machine noise hits them alike; the table
+Engines take turns (kiln.bench.alternate: one untimed run, then --burst timed runs of each, repeated)
+so machine noise hits them alike and no engine is timed against another's spinning threads; the table
 gives medians, p90, Kiln/ORT ratios, achieved GFLOP/s (conv/matmul/gemm work) and the percentage of
 this machine's FP32 FMA peak, measured in the same run (scripts/machine_limits.py). Every engine's
 outputs are checked against ONNX Runtime's. --json writes every number. Usage:
@@ -93,8 +94,9 @@ def engines(model, feeds, threads: int, records: str | None, opt_level: int, row
 
 
 def measure(name: str, batch: int, threads: int, runs: int, warmup: int, records: str | None,
-            opt_level: int) -> Row:
+            opt_level: int, burst: int) -> Row:
     import kiln
+    from kiln.bench import Engine, alternate
     from kiln.build import flop_count
 
     model = make_model(name, batch)
@@ -108,18 +110,11 @@ def measure(name: str, batch: int, threads: int, runs: int, warmup: int, records
     for _ in range(warmup):
         for f in eng.values():
             f()
-    times: dict[str, list[float]] = {k: [] for k in eng}
-    deadline = time.perf_counter() + 120  # a slow engine must not hold the whole benchmark
-    for r in range(runs):
-        for k, f in eng.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-        if time.perf_counter() > deadline and r >= 4:
-            break
-    for k, t in times.items():
-        row.median_ms[k] = float(np.median(t)) * 1e3
-        row.p90_ms[k] = float(np.percentile(t, 90)) * 1e3
+    timed = [Engine(k, f) for k, f in eng.items()]
+    alternate(timed, runs, burst, deadline_s=120)  # a slow engine must not hold the whole benchmark
+    for e in timed:
+        row.median_ms[e.name] = float(np.median(e.times)) * 1e3
+        row.p90_ms[e.name] = float(np.percentile(e.times, 90)) * 1e3
     return row
 
 
@@ -154,6 +149,7 @@ def main() -> None:
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--burst", type=int, default=5, help="timed runs per turn (after one untimed run)")
     p.add_argument("--opt-level", type=int, default=3)
     p.add_argument("--records", help="tuning records (kiln tune): also benchmark the tuned build")
     p.add_argument("--json", help="write every number here")
@@ -164,7 +160,7 @@ def main() -> None:
     for name in args.models:
         for b in args.batch:
             for t in args.threads:
-                row = measure(name, b, t, args.runs, args.warmup, args.records, args.opt_level)
+                row = measure(name, b, t, args.runs, args.warmup, args.records, args.opt_level, args.burst)
                 print(f"  {name} batch {b} threads {t}: " + ", ".join(f"{k} {v:.3f} ms"
                                                                         for k, v in row.median_ms.items()), flush=True)
                 rows.append(row)

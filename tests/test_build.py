@@ -9,7 +9,10 @@ import kiln
 import kiln.onnx_backend as backend
 from kiln.build import fix_dims, flop_count, is_static
 from kiln.errors import KilnError
-from kiln.models import small_cnn
+from kiln.ir.expr import Call, Op
+from kiln.ir.visitor import post_order
+from kiln.models import mlp, small_cnn
+from kiln.runtime.executor import primitive_functions
 
 
 def _image(batch: int, seed: int = 0) -> np.ndarray:
@@ -64,6 +67,20 @@ def test_fix_dims_and_flop_count():
     assert flop_count(mod) == 2 * (16 * 1024 * 27 + 2 * 16 * 1024 * 144 + 32 * 256 * 144 + 320)
     with pytest.raises(KilnError, match="no symbolic dim named B"):
         fix_dims(small_cnn(), {"B": 1})
+
+
+@pytest.mark.parametrize("make", [lambda: fix_dims(small_cnn(), {"N": 1}), lambda: mlp(batch=3)])
+def test_flop_count_survives_layout_and_packing(make):
+    """The optimized graph's blocked convs and packed dense count the same work as the model's ops."""
+    from kiln.runtime.executor import fuse
+
+    mod = kiln.from_onnx(make())
+    fused = fuse(mod, 3)
+    ops = {e.op.name for f in fused.functions.values() for e in post_order(f) if isinstance(e, Call)
+           and isinstance(e.op, Op)} | {e.op.name for fn in primitive_functions(fused)
+                                        for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)}
+    assert ops & {"nn.conv2d_nchwc", "linalg.dense_packed"}
+    assert flop_count(fused) == flop_count(mod) > 0
 
 
 def test_onnx_backend_compiles_by_default_and_keeps_the_interpreter():

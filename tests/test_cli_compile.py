@@ -65,7 +65,7 @@ def _has_ort() -> bool:
     (["compile", "missing.onnx", "-o", "out"], "missing.onnx"),
     (["compile", "{model}", "-o", "{tmp}/x", "--dim", "B=1"], "no symbolic dim named B"),
     (["run", "{tmp}"], "no model.json"),
-    (["bench", "{model}", "--runs", "0"], "--runs must be >= 1"),
+    (["bench", "{model}", "--runs", "0"], "--runs and --burst must be >= 1"),
 ])
 def test_user_errors_exit_2(cnn_path, tmp_path, capsys, argv, needle):
     argv = [a.format(model=cnn_path, tmp=tmp_path) for a in argv]

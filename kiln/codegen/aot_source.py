@@ -7,6 +7,11 @@ or an offset into the arena. The entry calls each kernel's typed body (static, i
 translation unit), stops at the first non-zero return code and returns it, then copies the model
 outputs that no kernel writes (an input, a weight, a tensor returned twice). Only indices and
 numbers reach this source: no name from the model file.
+
+    int32_t kiln_model_profile(void** inputs, void** outputs, void* arena, void** weights, double* seconds)
+
+is the same run that also adds each call's wall time to seconds[i] (i in call order), so a profile
+times the kernels exactly as the entry runs them: in the planned arena, without Python between calls.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from kiln.tir.expr import elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
 
 ENTRY = "kiln_model_run"
+PROFILE_ENTRY = "kiln_model_profile"
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,7 @@ class Copy:
 def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
     """The kernels of `funcs` and the entry that runs `calls` in order, then `copies`."""
     kernels = generate(funcs)
-    lines = [f"int32_t {ENTRY}(void** inputs, void** outputs, void* arena, void** weights) {{",
-             "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
-             "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]
+    invoke = []
     for call in calls:
         info = kernels.functions.get(call.func)
         if info is None:
@@ -63,12 +67,26 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
         if len(params) != len(call.args):
             raise CodegenError(f"AOT entry passes {len(call.args)} arguments to {call.func!r}, "
                                f"which takes {len(params)}")
-        args = ", ".join(_arg(p, a, call.func) for p, a in zip(params, call.args))
-        lines.append(f"  rc = {info.body_symbol}({args});")
-        lines.append("  if (rc != KILN_OK) return rc;")
-    for c in copies:
-        lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
-    lines += ["  return KILN_OK;", "}", ""]
+        invoke.append(f"{info.body_symbol}({', '.join(_arg(p, a, call.func) for p, a in zip(params, call.args))})")
+    lines = ["#include <time.h>",
+             "static double kiln_now_(void) {",
+             "  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + 1e-9 * t.tv_nsec;",
+             "}"]
+    for profiled in (False, True):
+        head = f"int32_t {PROFILE_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, " \
+               "double* seconds) {" if profiled else \
+               f"int32_t {ENTRY}(void** inputs, void** outputs, void* arena, void** weights) {{"
+        lines += [head, "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
+                  "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]
+        for i, inv in enumerate(invoke):
+            if profiled:
+                lines.append(f"  {{ double t0 = kiln_now_(); rc = {inv}; seconds[{i}] += kiln_now_() - t0; }}")
+            else:
+                lines.append(f"  rc = {inv};")
+            lines.append("  if (rc != KILN_OK) return rc;")
+        for c in copies:
+            lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
+        lines += ["  return KILN_OK;", "}", ""]
     return CSource(kernels.code + "\n" + "\n".join(lines), kernels.functions)
 
 

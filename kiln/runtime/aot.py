@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import CompileCache, KernelError
-from kiln.codegen.aot_source import ENTRY, Copy, KernelCall, Ptr, generate_aot
+from kiln.codegen.aot_source import ENTRY, PROFILE_ENTRY, Copy, KernelCall, Ptr, generate_aot
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CModule
@@ -163,6 +163,9 @@ class AotModule:
         self._entry = getattr(library.lib, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._entry.restype = ctypes.c_int32
+        self._profile_entry = getattr(library.lib, PROFILE_ENTRY)
+        self._profile_entry.argtypes = [ctypes.c_void_p] * 5
+        self._profile_entry.restype = ctypes.c_int32
         self._lock = threading.Lock()
         self._report = report
 
@@ -176,6 +179,18 @@ class AotModule:
         return list(self._outputs)
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        return self._call(feeds, None)
+
+    def profile(self, feeds: dict[str, Any], runs: int = 1) -> list[tuple[str, float]]:
+        """(kernel name, seconds per run) of every kernel call, in the order the entry makes them:
+        timed inside `kiln_model_profile`, the same run with a clock read around each call."""
+        order = self._report.order
+        seconds = (ctypes.c_double * max(len(order), 1))()
+        for _ in range(runs):
+            self._call(feeds, seconds)
+        return [(name, seconds[i] / runs) for i, name in enumerate(order)]
+
+    def _call(self, feeds: dict[str, Any], seconds: Any) -> list[np.ndarray]:
         names = [n for n, _ in self._params]
         missing = [n for n in names if n not in feeds]
         unknown = sorted(set(feeds) - set(names))
@@ -188,7 +203,10 @@ class AotModule:
         ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         with self._lock:
-            rc = self._entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
+            if seconds is None:
+                rc = self._entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
+            else:
+                rc = self._profile_entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs, seconds)
         if rc != 0:
             raise KernelError(f"{ENTRY} failed with code {rc} (-2: out of memory for a kernel temporary)")
         return outs

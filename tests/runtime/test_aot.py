@@ -55,7 +55,19 @@ def test_small_cnn_memory_report(cnn):
     assert r.output_bytes == 2 * 10 * 4 and r.weight_bytes > 0
     assert "lower bound" in str(r)
     # the fused main's kernels all come from the source; no Python between them
-    assert aot.library.source.code.count("rc = kiln_body_") == 10
+    code = aot.library.source.code
+    run = code[code.index("int32_t kiln_model_run("):code.index("int32_t kiln_model_profile(")]
+    assert run.count("rc = kiln_body_") == 10 and "kiln_now_" not in run
+
+
+def test_profile_times_every_call_in_plan_order(cnn):
+    mod, aot = cnn
+    x = RNG.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    prof = aot.profile({"image": x}, runs=3)
+    assert [name for name, _ in prof] == list(aot.memory_report().order)
+    assert all(t > 0 for _, t in prof)
+    (got,) = aot.run({"image": x})  # the profiled entry computes the same run
+    np.testing.assert_allclose(got, kiln.evaluate(mod, {"image": x})[0], rtol=1e-4, atol=1e-6)
 
 
 def test_mlp(cache):

@@ -1,0 +1,79 @@
+"""Where a model's time goes: time per kernel of the AOT entry (kiln_model_profile, timed in C around
+each call), summed over the calls of a kernel, largest first, with its conv/matmul work and achieved
+GFLOP/s. Usage:
+
+    .venv/bin/python scripts/profile_model.py mobilenet_v2 --batch 1 --threads 1 --runs 20 --top 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    import kiln
+    from bench_models import MODELS, feeds_for, make_model
+    from kiln.build import flop_count
+    from kiln.ir.module import IRModule
+    from kiln.runtime.executor import primitive_functions
+    from kiln.runtime.aot import build_aot
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", choices=MODELS)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--opt-level", type=int, default=3)
+    args = p.parse_args()
+    model = make_model(args.model, args.batch)
+    feeds = feeds_for(model)
+    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
+    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
+    if set_threads is not None:
+        set_threads(ctypes.c_int(args.threads))
+    for _ in range(3):
+        aot.run(feeds)
+    t0 = time.perf_counter()
+    for _ in range(args.runs):
+        aot.run(feeds)
+    wall = (time.perf_counter() - t0) / args.runs
+    per_call = aot.profile(feeds, args.runs)
+    # kernel name -> FLOPs of one call; a group's kernel is named by its index (lower_groups), and
+    # groups equal to an earlier one call that one's kernel
+    group_flops, group_ops = {}, {}
+    for n, fn in enumerate(primitive_functions(aot.mod)):
+        group_flops[f"fused_{n}"] = flop_count(IRModule({"main": fn}))
+        group_ops[f"fused_{n}"] = _describe(fn)
+    by_name: dict[str, list[float]] = {}
+    for name, t in per_call:
+        by_name.setdefault(name, []).append(t)
+    total = sum(t for _, t in per_call)
+    print(f"{args.model} batch {args.batch} threads {args.threads}: {wall * 1e3:.3f} ms per run, "
+          f"{total * 1e3:.3f} ms in {len(per_call)} kernel calls")
+    for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
+        t = sum(ts)
+        f = group_flops.get(name, 0) * len(ts)
+        gf = f"{f / t / 1e9:7.1f}" if f and t else "      -"
+        print(f"{t * 1e3:8.3f} ms {100 * t / total:5.1f}% {gf} GFLOP/s  {name} x{len(ts)}  {group_ops.get(name, '')}")
+
+
+def _describe(fn) -> str:
+    """The group's ops in order, the first one (the anchor, usually) with its output shape."""
+    from kiln.ir.expr import Call, Op
+    from kiln.ir.visitor import post_order
+
+    calls = [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
+    ops = [e.op.name.split(".")[-1] for e in calls]
+    shape = getattr(calls[-1].type, "shape", None) if calls else None
+    return f"{' > '.join(ops)} -> {list(shape) if shape is not None else '?'}"
+
+
+if __name__ == "__main__":
+    main()
