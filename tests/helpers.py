@@ -1,7 +1,11 @@
-"""Small builders for ONNX models in tests."""
+"""Small builders for tests: ONNX models, and one-operator IR modules."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -18,3 +22,28 @@ def model(nodes, inputs, outputs, inits=(), opset: int = 21, ir_version: int = 1
 
 
 F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def one_op_module(name: str, arrays: Sequence[np.ndarray | None], attrs: Any = None, const: Sequence[int] = (),
+                  dim: Callable[[int, int], Any] = lambda k, axis: None, **kw_attrs) -> Any:
+    """main(x{k}...) = name(inputs): input k is absent when arrays[k] is None, a Constant when k is in
+    `const`, else parameter x{k} shaped like arrays[k] except where dim(k, axis) gives a symbolic
+    dim (a SizeVar or ANY). Attributes come as an attrs object or as keywords."""
+    from kiln.ir import Function, IRModule, Var
+    from kiln.ir.dtype import from_numpy
+    from kiln.ir.expr import Constant, absent
+    from kiln.ir.types import TensorType
+    from kiln.op import get_op
+
+    params, args = [], []
+    for k, a in enumerate(arrays):
+        if a is None:
+            args.append(absent())
+        elif k in const:
+            args.append(Constant(a))
+        else:
+            shape = tuple(n if dim(k, ax) is None else dim(k, ax) for ax, n in enumerate(a.shape))
+            params.append(Var(f"x{k}", TensorType(shape, from_numpy(a.dtype))))
+            args.append(params[-1])
+    call = get_op(name)(*args, attrs=attrs) if attrs is not None else get_op(name)(*args, **kw_attrs)
+    return IRModule({"main": Function(tuple(params), call)})

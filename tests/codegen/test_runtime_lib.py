@@ -7,10 +7,11 @@ import kiln.topi  # noqa: F401
 from kiln.codegen import build, runtime_lib
 from kiln.codegen.lower_fused import lower_primitive
 from kiln.ir import dtype as dt
-from kiln.ir.expr import Call, Constant, Function, Var, absent
-from kiln.ir.types import SizeVar, TensorType
+from kiln.ir.types import SizeVar
 from kiln.op import get_op
 from kiln.te.eval import EXTERN_FUNCS
+
+from tests.helpers import one_op_module
 
 from .conftest import requires_gcc
 
@@ -22,18 +23,9 @@ NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
 
 
 def _kernel(name, attrs, arrays, const, symbolic, kname):
-    op = get_op(name)
-    params, args = [], []
-    for k, a in enumerate(arrays):
-        if a is None:
-            args.append(absent())
-        elif k in const:
-            args.append(Constant(a))
-        else:
-            shape = tuple(SizeVar(f"d{ax}") if k == 0 and ax in symbolic else n for ax, n in enumerate(a.shape))
-            params.append(Var(f"x{k}", TensorType(shape, dt.from_numpy(a.dtype))))
-            args.append(params[-1])
-    return lower_primitive(Function(params, Call(op, args, attrs)), kname)
+    mod = one_op_module(name, arrays, attrs, const, dim=lambda k, ax: SizeVar(f"d{ax}") if k == 0 and ax in symbolic
+                        else None)
+    return lower_primitive(mod.main, kname)
 
 
 def check(cache, *cases):

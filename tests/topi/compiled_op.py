@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kiln.ir import Function, IRModule, Var
+from kiln.ir import IRModule
 from kiln.ir.dtype import from_numpy
-from kiln.ir.expr import absent
-from kiln.ir.types import SizeVar, TensorType
+from kiln.ir.types import SizeVar
 from kiln.op import get_op
 from kiln.runtime.executor import CompiledModule, build
+from tests.helpers import one_op_module
 
 TOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 1e-2}
 
@@ -21,16 +21,7 @@ def op_module(name: str, arrays: Sequence[np.ndarray | None], dims: dict[tuple[i
               **attrs) -> IRModule:
     """main(inputs) = name(inputs, **attrs); `dims` makes dim (input, axis) the symbolic dim of that name."""
     dims = dims or {}
-    params, args = [], []
-    for i, a in enumerate(arrays):
-        if a is None:
-            args.append(absent())
-            continue
-        shape = tuple(SizeVar(dims[i, ax]) if (i, ax) in dims else n for ax, n in enumerate(a.shape))
-        v = Var(f"x{i}", TensorType(shape, from_numpy(a.dtype)))
-        params.append(v)
-        args.append(v)
-    return IRModule({"main": Function(tuple(params), get_op(name)(*args, **attrs))})
+    return one_op_module(name, arrays, dim=lambda k, ax: SizeVar(dims[k, ax]) if (k, ax) in dims else None, **attrs)
 
 
 def run_compiled(mod: IRModule, arrays_list: Sequence[Sequence[np.ndarray | None]], name: str,

@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir.dtype import from_numpy
-from kiln.ir.expr import Constant, Function, Var
-from kiln.ir.module import IRModule
-from kiln.ir.types import ANY, TensorType
+from kiln.ir.types import ANY
 from kiln.op import get_op
 from kiln.runtime.executor import build
+from tests.helpers import one_op_module
 from tests.topi.cases import CASES
 from tests.topi.cases_numeric import tfidf_attrs, tree_attrs, tree_input
 from tests.topi.harness import rand
@@ -24,28 +22,12 @@ TOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-10}
 
 
 
-def _var(name: str, a: np.ndarray, any_dims: bool = False) -> Var:
-    shape = tuple(ANY for _ in a.shape) if any_dims else a.shape
-    return Var(name, TensorType(shape, from_numpy(a.dtype)))
-
-
 def compiled_vs_interpreter(op: str, attrs, arrays, const=(), any_dims=(), feeds_list=None, exact=False,
                             specialized=False):
     """Build a one-call model (inputs in `const` as constants, those in `any_dims` with run-time dims),
     run it compiled on every feed set and compare with the interpreter; no group may run on the host
     (`specialized`: the group compiles at run time, specialized on its small inputs)."""
-    params, args = [], []
-    for k, a in enumerate(arrays):
-        if a is None:
-            from kiln.ir.expr import absent
-
-            args.append(absent())
-        elif k in const:
-            args.append(Constant(a))
-        else:
-            params.append(_var(f"x{k}", a, k in any_dims))
-            args.append(params[-1])
-    mod = IRModule({"main": Function(tuple(params), get_op(op)(*args, attrs=attrs))})
+    mod = one_op_module(op, arrays, attrs, const, dim=lambda k, ax: ANY if k in any_dims else None)
     cm = build(mod)
     live = [k for k, a in enumerate(arrays) if a is not None and k not in const]
     for arrs in feeds_list or [arrays]:
