@@ -238,11 +238,21 @@ def _pad(attrs, inputs, out_type, consts):
     inner = [n - cb - ce for n, (cb, ce) in zip(shape, crop)]
     out_shape = [m + max(b, 0) + max(e, 0) for m, (b, e) in zip(inner, widths)]
 
+    def source(a: int, o: PrimExpr) -> tuple[PrimExpr, PrimExpr | None]:
+        s, cond = _pad_source(o, max(widths[a][0], 0), inner[a], attrs.mode)
+        return s + crop[a][0], cond
+
+    return padded_read(x, value, out_shape, source)
+
+
+def padded_read(x: te.Tensor, value: te.Tensor | None, out_shape, source) -> te.Tensor:
+    """out[i] = x[s_0, ..., s_k] where (s_a, in-bounds condition or None) = source(a, i_a), and the
+    fill value (or 0) where some condition fails: the loop of both pads (static and run-time widths)."""
     def f(*i):
         src, ok = [], []
         for a, o in enumerate(i):
-            s, cond = _pad_source(o, max(widths[a][0], 0), inner[a], attrs.mode)
-            src.append(s + crop[a][0])
+            s, cond = source(a, o)
+            src.append(s)
             if cond is not None:
                 ok.append(cond)
         v = x(*src)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kiln import te, tir
 from kiln.op import get_op
 from kiln.tir import PrimExpr, select
+from kiln.topi.injective import padded_read
 from kiln.topi.registry import ComputeError, const_ints, out_dims
 
 for _name in ("tensor.shape", "tensor.size", "tensor.slice", "tensor.pad"):
@@ -59,24 +60,13 @@ def pad_runtime(attrs, inputs, out_type, consts):
     def width(k: int) -> PrimExpr:
         return tir.cast("int64", pads(tir.const(k)))
 
-    def f(*i):
-        src, ok = [], []
-        for a, o in enumerate(i):
-            if a not in slot:
-                src.append(o)
-                continue
-            k = slot[a]
-            s, cond = _pad_runtime_source(o, width(k), width(k + len(axes)), x.shape[a], attrs.mode)
-            src.append(s)
-            if cond is not None:
-                ok.append(cond)
-        v = x(*src)
-        if not ok:
-            return v
-        fill = value(*([0] * value.ndim)) if value is not None else tir.const(0, x.dtype)
-        return select(tir.all_of(ok), v, fill)
+    def source(a: int, o: PrimExpr) -> tuple[PrimExpr, PrimExpr | None]:
+        if a not in slot:
+            return o, None
+        k = slot[a]
+        return _pad_runtime_source(o, width(k), width(k + len(axes)), x.shape[a], attrs.mode)
 
-    return te.compute(out_dims(out_type, inputs), f, name="pad")
+    return padded_read(x, value, out_dims(out_type, inputs), source)
 
 
 # ---------------------------------------------------------------------------------------------
