@@ -139,8 +139,9 @@ def _recurrent_rel(gates: int, states: tuple[str, ...], peepholes: bool = False)
 # reference
 
 
-def _activations(attrs, per_dir: int, nd: int) -> list[list[Callable]]:
-    """Per direction, the cell's activation functions with their alpha/beta bound.
+def bound_activations(attrs, per_dir: int, nd: int) -> list[list[tuple[str, float, float]]]:
+    """Per direction, (ACTIVATIONS key, alpha, beta) of each cell function; the reference and the
+    compute both read them from here.
 
     alpha and beta lists are consumed in order by the functions that take them; a list of
     `per_dir` names serves every direction."""
@@ -150,16 +151,22 @@ def _activations(attrs, per_dir: int, nd: int) -> list[list[Callable]]:
     if len(names) < per_dir * nd:
         raise ValueError(f"{attrs.direction} needs {per_dir * nd} activations, got {len(attrs.activations)}")
     alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
-    fns = []
+    out = []
     for name in names[:per_dir * nd]:
         key = name.lower()
         if key not in ACTIVATIONS:
             raise ValueError(f"unknown activation {name!r}")
-        use_a, use_b, a, b, f = ACTIVATIONS[key]
+        use_a, use_b, a, b, _ = ACTIVATIONS[key]
         a = alphas.pop(0) if use_a and alphas else a
         b = betas.pop(0) if use_b and betas else b
-        fns.append(lambda x, f=f, a=a, b=b: f(x, a, b))
-    return [fns[d * per_dir:(d + 1) * per_dir] for d in range(nd)]
+        out.append((key, float(a), float(b)))
+    return [out[d * per_dir:(d + 1) * per_dir] for d in range(nd)]
+
+
+def _activations(attrs, per_dir: int, nd: int) -> list[list[Callable]]:
+    """Per direction, the cell's numpy activation functions with their alpha/beta bound."""
+    return [[lambda x, f=ACTIVATIONS[k][4], a=a, b=b: f(x, a, b) for k, a, b in d]
+            for d in bound_activations(attrs, per_dir, nd)]
 
 
 def _clipper(clip: float | None) -> Callable:

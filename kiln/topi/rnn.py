@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kiln import te, tir
-from kiln.op.rnn import ACTIVATIONS
+from kiln.op.rnn import bound_activations
 from kiln.te.scan import scan
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
@@ -52,22 +52,10 @@ def _activation(key: str, a: float, b: float) -> Act:
 
 def _activations(op: str, attrs, per_dir: int, nd: int) -> list[list[tuple[str, float, float]]]:
     """Per direction, (name, alpha, beta) of each cell function, consumed as the reference does."""
-    names = list(attrs.activations)
-    if len(names) == per_dir:
-        names = names * nd
-    if len(names) < per_dir * nd:
-        raise ComputeError(f"{op}: {attrs.direction} needs {per_dir * nd} activations, got {len(names)}")
-    alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
-    out = []
-    for name in names[:per_dir * nd]:
-        key = name.lower()
-        if key not in ACTIVATIONS:
-            raise ComputeError(f"{op}: unknown activation {name!r}")
-        use_a, use_b, a, b, _ = ACTIVATIONS[key]
-        a = alphas.pop(0) if use_a and alphas else a
-        b = betas.pop(0) if use_b and betas else b
-        out.append((key, float(a), float(b)))
-    return [out[d * per_dir:(d + 1) * per_dir] for d in range(nd)]
+    try:
+        return bound_activations(attrs, per_dir, nd)
+    except ValueError as err:
+        raise ComputeError(f"{op}: {err}") from None
 
 
 @dataclass
