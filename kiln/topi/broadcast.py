@@ -14,8 +14,7 @@ from kiln import te, tir
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import sigmoid, wide_dtype
 from kiln.ir.types import ANY
-from kiln.op.registry import get_op
-from kiln.topi.registry import is_one, out_dims, register_compute, tensor_type
+from kiln.topi.registry import handles_runtime_dims, is_one, out_dims, register_compute, tensor_type
 
 
 def broadcast_compute(xs: Sequence[te.Tensor], out_type, f: Callable[..., PrimExpr], name: str) -> te.Tensor:
@@ -63,11 +62,6 @@ def runtime_load(x: te.Tensor, idx: Sequence[PrimExpr], shape: Sequence[PrimExpr
     return x(*out)
 
 
-def _runtime_broadcast(name: str) -> None:
-    """Mark `name` as reading dims only known at run time correctly (kiln.codegen.lower_fused asks)."""
-    get_op(name).extra["runtime_broadcast"] = True
-
-
 def _wide(f: Callable[..., PrimExpr]) -> Callable[..., PrimExpr]:
     """f on floats widened to the compute dtype, the result cast back to the first input's dtype."""
     def g(*vs):
@@ -83,7 +77,7 @@ def _register(name: str, f: Callable[..., PrimExpr], widen: bool = True) -> None
         return broadcast_compute(xs, out_type, _wide(f) if widen else f, name.split(".")[1])
 
     register_compute(name)(compute)
-    _runtime_broadcast(name)
+    handles_runtime_dims(name)
 
 
 def _div(a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -197,7 +191,6 @@ def _swiglu(attrs, inputs, out_type, consts):
     return broadcast_compute(inputs[:2], out_type, f, "swiglu")
 
 
-for _name in ("math.mod", "math.pow", "math.bit_shift", "nn.swiglu"):
-    _runtime_broadcast(_name)
+handles_runtime_dims("math.mod", "math.pow", "math.bit_shift", "nn.swiglu")
 # gather_elements reads x at the index tensor's own coordinates (no dim broadcasts), so run-time dims are safe
-_runtime_broadcast("tensor.gather_elements")
+handles_runtime_dims("tensor.gather_elements")

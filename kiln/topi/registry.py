@@ -36,6 +36,17 @@ def register_compute(name: str) -> Callable[[ComputeFn], ComputeFn]:
     return deco
 
 
+def handles_runtime_dims(*names: str) -> None:
+    """Mark ops whose computes stay correct on dims known only at run time (a dim of 1 broadcasts by
+    a run-time test, or no dim broadcasts at all); kiln.codegen.lower_fused refuses any other op on
+    such dims, because which of them broadcast is decided by the data."""
+    for name in names:
+        get_op(name).extra[RUNTIME_DIMS] = True
+
+
+RUNTIME_DIMS = "handles_runtime_dims"
+
+
 def get_compute(name: str) -> ComputeFn | None:
     return get_op(name).extra.get("compute")
 

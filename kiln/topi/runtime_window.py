@@ -10,13 +10,11 @@ as correct on dims only known at run time (kiln.codegen.lower_fused checks the m
 from __future__ import annotations
 
 from kiln import te, tir
-from kiln.op import get_op
 from kiln.tir import PrimExpr, select
 from kiln.topi.injective import padded_read
-from kiln.topi.registry import ComputeError, const_ints, out_dims
+from kiln.topi.registry import ComputeError, const_ints, handles_runtime_dims, out_dims
 
-for _name in ("tensor.shape", "tensor.size", "tensor.slice", "tensor.pad"):
-    get_op(_name).extra["runtime_broadcast"] = True
+handles_runtime_dims("tensor.shape", "tensor.size", "tensor.slice", "tensor.pad")
 
 
 # ---------------------------------------------------------------------------------------------
