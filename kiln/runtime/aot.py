@@ -28,6 +28,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.executor import fuse, lower_groups
+from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
 from kiln.runtime.memory_plan import ALIGN, Step, plan_memory
@@ -226,7 +227,8 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
     fused = fuse(mod, opt_level, ctx)
-    lowered, kernels, host = lower_groups(fused, tuned)
+    # NOTE: a caller's own compile-cache directory holds the lowered groups too
+    lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None)
     if host:
         raise AotError(f"{len(host)} fused group(s) cannot be compiled: {'; '.join(host)}{_HINT}")
     graph, outputs = _flatten(fused.main, kernels)

@@ -216,15 +216,17 @@ def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> I
     return optimize(mod, opt_level, ctx)
 
 
-def lower_groups(fused: IRModule, tuned: Tuned | None = None) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None
+                 ) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
     """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
     kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
-    records' configs: a group whose workload has one is scheduled with it."""
+    records' configs: a group whose workload has one is scheduled with it. `kernels`: where lowered
+    groups are cached (default: under the default cache directory)."""
     lowered: list[Kernel] = []
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
     alias: dict[int, Kernel] = {}
-    kernels = KernelCache()
+    kernels = kernels or KernelCache()
     for n, fn in enumerate(primitive_functions(fused)):
         same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
         if same is not None:

@@ -185,3 +185,9 @@ def test_concurrent_runs_share_the_arena_safely(cache):
         got = list(pool.map(lambda x: aot.run({"input": x})[0], xs))
     for x, g in zip(xs, got):
         np.testing.assert_allclose(g, kiln.evaluate(mod, {"input": x})[0], rtol=1e-4, atol=1e-6)
+
+
+def test_a_custom_compile_cache_holds_the_lowered_groups_too(tmp_path):
+    mod = kiln.from_onnx(mlp(batch=1))
+    build_aot(mod, cache=CompileCache(tmp_path))
+    assert list((tmp_path / "kernels").rglob("*.json")) and list(tmp_path.rglob("*.so"))
