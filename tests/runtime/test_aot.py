@@ -143,7 +143,7 @@ def test_memory_limit_fails_before_compiling(tmp_path):
     mod = kiln.from_onnx(small_cnn(batch=2))
     with pytest.raises(MemoryLimitError, match=r"limit of 100000 bytes"):
         build_aot(mod, memory_limit=100_000, cache=cache)
-    assert not (tmp_path / "cache").exists()
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.suffix in (".c", ".so", ".o")]  # gcc never ran
 
 
 def test_memory_limit_met(cache):

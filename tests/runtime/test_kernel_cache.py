@@ -77,10 +77,10 @@ def test_rebuild_from_the_kernel_cache_runs_the_same(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln"))
     mod = kiln.from_onnx(small_cnn(batch=1))
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    first = build_aot(mod, cache=CompileCache(tmp_path / "so"))
+    first = build_aot(mod, cache=CompileCache(tmp_path / "kiln"))  # the default directory, named
     assert list((tmp_path / "kiln" / "kernels").rglob("*.json"))
     monkeypatch.setattr(kc, "lower_primitive", lambda *a: pytest.fail("a rebuild must not lower"))
-    again = build_aot(mod, cache=CompileCache(tmp_path / "so"))
+    again = build_aot(mod, cache=CompileCache(tmp_path / "kiln"))
     assert again.library.path == first.library.path and again.library.source.code == first.library.source.code
     np.testing.assert_array_equal(again.run({"image": x})[0], first.run({"image": x})[0])
     graph = build_graph(mod)  # the kernel-by-kernel executor takes cached kernels too
