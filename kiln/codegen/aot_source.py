@@ -12,6 +12,7 @@ numbers reach this source: no name from the model file.
 
 is the same run that also adds each call's wall time to seconds[i] (i in call order), so a profile
 times the kernels exactly as the entry runs them: in the planned arena, without Python between calls.
+When a kernel fails, `kiln_model_failed_call()` says which call (per thread), for the error message.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kiln.tir.stmt import Buffer, PrimFunc
 
 ENTRY = "kiln_model_run"
 PROFILE_ENTRY = "kiln_model_profile"
+FAILED_CALL = "kiln_model_failed_call"
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
     lines = ["#include <time.h>",
              "static double kiln_now_(void) {",
              "  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + 1e-9 * t.tv_nsec;",
-             "}"]
+             "}",
+             "static __thread int32_t kiln_failed_call_ = -1;",
+             f"int32_t {FAILED_CALL}(void) {{ return kiln_failed_call_; }}"]
     for profiled in (False, True):
         head = f"int32_t {PROFILE_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, " \
                "double* seconds) {" if profiled else \
@@ -83,7 +87,7 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
                 lines.append(f"  {{ double t0 = kiln_now_(); rc = {inv}; seconds[{i}] += kiln_now_() - t0; }}")
             else:
                 lines.append(f"  rc = {inv};")
-            lines.append("  if (rc != KILN_OK) return rc;")
+            lines.append(f"  if (rc != KILN_OK) {{ kiln_failed_call_ = {i}; return rc; }}")
         for c in copies:
             lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
         lines += ["  return KILN_OK;", "}", ""]

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kiln.codegen import runtime_lib
-from kiln.codegen.c_stmt import ALLOC_ERROR_FLAG, FunctionPrinter
-from kiln.codegen.c_types import STORAGE_CTYPE, CodegenError, ModuleDecls, is_float_value, scalar_ctype
+from kiln.codegen.c_stmt import FunctionPrinter
+from kiln.codegen.c_types import ERROR_FLAG, STORAGE_CTYPE, CodegenError, ModuleDecls, is_float_value, scalar_ctype
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
@@ -125,10 +125,10 @@ def _function(info: FuncInfo, decls: ModuleDecls) -> str:
     head = [f"KILN_BODY int32_t {info.body_symbol}({', '.join(params) or 'void'}) {{"]
     head += [f"  {scalar_ctype(v.dtype)} {printer.var(v)} = ({scalar_ctype(v.dtype)})*{p};"
              for v, p in inout.items()]
-    if printer.uses_heap:
-        head.append(f"  int32_t {ALLOC_ERROR_FLAG} = KILN_OK;")
+    if printer.uses_error_flag:
+        head.append(f"  int32_t {ERROR_FLAG} = KILN_OK;")
     tail = [f"  *{p} = (int64_t){printer.var(v)};" for v, p in inout.items()]
-    tail += [f"  return {ALLOC_ERROR_FLAG if printer.uses_heap else 'KILN_OK'};", "}"]
+    tail += [f"  return {ERROR_FLAG if printer.uses_error_flag else 'KILN_OK'};", "}"]
     # NOTE: the slot of an in-out dim is written through a cast-away const (the caller's array is mutable)
     call = ", ".join(f"(int64_t*)&((kiln_value_t*)args)[{k}].i" if p in inout else _unpack(p, k)
                      for k, p in enumerate(f.params))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from kiln.codegen import runtime_lib
 from kiln.codegen.c_expr import ExprPrinter
-from kiln.codegen.c_types import SIZEOF, STORAGE_CTYPE, STORE_CONVERT, CodegenError
+from kiln.codegen.c_types import ERROR_FLAG, SIZEOF, STORAGE_CTYPE, STORE_CONVERT, CodegenError
 from kiln.codegen.offsets import flat_offset, is_const, mul
 from kiln.tir import expr as E
 from kiln.tir import stmt as S
@@ -18,7 +18,6 @@ from kiln.tir.expr import elem_of, lanes_of
 
 STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
 UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symbolic
-ALLOC_ERROR_FLAG = "_kerr"
 
 
 class FunctionPrinter(ExprPrinter):
@@ -28,7 +27,7 @@ class FunctionPrinter(ExprPrinter):
         super().__init__(scope, decls)
         self.lines: list[str] = []
         self.depth = 1
-        self.in_parallel = self.in_simd = self.uses_heap = False
+        self.in_parallel = self.in_simd = self.uses_error_flag = False
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -128,9 +127,9 @@ def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
         p.emit(f"{ct} {name}[{max(count.value, 1)}] __attribute__((aligned(64)));")
         p.stmt(s.body)
     else:
-        p.uses_heap = True
+        p.uses_error_flag = True
         p.emit(f"{ct}* {name} = ({ct}*)kiln_alloc((int64_t)({p.expr(count)}) * (int64_t)sizeof({ct}));")
-        p.emit(f"if ({name} == NULL) {{ __atomic_store_n(&{ALLOC_ERROR_FLAG}, KILN_ERR_ALLOC, __ATOMIC_RELAXED); }}"
+        p.emit(f"if ({name} == NULL) {{ __atomic_store_n(&{ERROR_FLAG}, KILN_ERR_ALLOC, __ATOMIC_RELAXED); }}"
                " else {")
         p.block(s.body)
         p.emit(f"  free({name});")
@@ -142,8 +141,8 @@ def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
 def _evaluate(p: FunctionPrinter, s: S.Evaluate) -> None:
     """A call of a runtime-library function (an ExternOp) takes buffers: spelled by runtime_lib."""
     if isinstance(s.value, E.Call) and s.value.name in runtime_lib.RUNTIME_FUNCS:
-        p.uses_heap = True  # declares the error flag the call reports into
-        runtime_lib.emit_call(p, s.value, ALLOC_ERROR_FLAG)
+        p.uses_error_flag = True  # declares the error flag the call reports into
+        runtime_lib.emit_call(p, s.value, ERROR_FLAG)
         return
     p.emit(f"(void){p.expr(s.value)};")
 

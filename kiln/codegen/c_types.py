@@ -12,6 +12,10 @@ from __future__ import annotations
 from kiln.errors import CodegenError  # noqa: F401  (re-exported)
 from kiln.tir.expr import elem_of, lanes_of
 
+# a kernel's error flag: allocation failures, runtime-library errors and bad gathered indices set it
+# (atomically, from any thread); the kernel returns it
+ERROR_FLAG = "_kerr"
+
 VALUE_CTYPE = {
     "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
     "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",

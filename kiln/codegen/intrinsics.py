@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from kiln.codegen.c_types import CodegenError, is_float_value, scalar_ctype
+from kiln.codegen.c_types import ERROR_FLAG, CodegenError, is_float_value, scalar_ctype
 from kiln.codegen.names import C_KEYWORDS
 from kiln.tir.expr import elem_of
 
@@ -67,12 +67,20 @@ def _reinterpret(p, e, a):
             f"__builtin_memcpy(&{r}, &{s}, sizeof({r})); {r}; }})")
 
 
+def _check_index(p, e, a):
+    """kiln_check_index (kiln_runtime.h): a bad index sets the kernel's error flag (declared by the
+    function printer) and reads 0."""
+    p.uses_error_flag = True
+    return f"kiln_check_index((int64_t)({a[0]}), (int64_t)({a[1]}), &{ERROR_FLAG})"
+
+
 INTRINSIC_RULES: dict[str, Callable] = {
     **{n: _math(n) for n in MATH},
     **{n: _bitwise(op) for n, op in BITWISE.items()},
     "abs": _abs, "sigmoid": _sigmoid, "isnan": _classify("isnan"), "isinf": _classify("isinf"),
     "bitwise_not": lambda p, e, a: f"(({scalar_ctype(e.dtype)})~{a[0]})",
     "reinterpret": _reinterpret,
+    "check_index": _check_index,
 }
 
 

@@ -13,6 +13,15 @@ typedef union { int64_t i; double f; void* p; } kiln_value_t;
 #define KILN_OK 0
 #define KILN_ERR_NUM_ARGS (-1)
 #define KILN_ERR_ALLOC (-2)
+#define KILN_ERR_INDEX (-4) /* -3 is the runtime library's KILN_ERR_BAD_ARG */
+
+/* A gathered index i checked against its dim n: i itself when 0 <= i < n; else the kernel's error
+ * flag says KILN_ERR_INDEX and 0 is read instead, so a bad index never reads outside the buffer. */
+static inline int64_t kiln_check_index(int64_t i, int64_t n, int32_t* flag) {
+  if (__builtin_expect(i >= 0 && i < n, 1)) return i;
+  __atomic_store_n(flag, KILN_ERR_INDEX, __ATOMIC_RELAXED);
+  return 0;
+}
 
 static inline uint32_t kiln_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float kiln_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }

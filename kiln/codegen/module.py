@@ -31,7 +31,13 @@ class KilnValue(ctypes.Union):
 
 
 _KERNEL_ERRORS = {-1: "wrong number of arguments", -2: "out of memory allocating a temporary buffer",
-                  -3: "a runtime-library function got an invalid argument"}
+                  -3: "a runtime-library function got an invalid argument",
+                  -4: "an index is out of range (a Gather-like operator got an index outside [-n, n) of its axis)"}
+
+
+def kernel_error_text(rc: int) -> str:
+    """What a kernel's return code means (KILN_ERR_* of kiln_runtime.h and the runtime library)."""
+    return _KERNEL_ERRORS.get(rc, f"error code {rc}")
 
 
 def build(funcs: Sequence[PrimFunc], name: str = "module", *, cc: str = "gcc",
@@ -85,7 +91,7 @@ class CFunction:
                 values[k].p = a.ctypes.data
         rc = self._fn(values, len(args))
         if rc != 0:
-            raise KernelError(f"kernel {fname} failed: {_KERNEL_ERRORS.get(rc, f'error code {rc}')}")
+            raise KernelError(f"kernel {fname} failed: {kernel_error_text(rc)}")
         return {p: values[k].i for k, p in enumerate(self.params)
                 if isinstance(p, E.Var) and not is_float_value(p.dtype)}
 

@@ -17,17 +17,17 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import CompileCache, KernelError
-from kiln.codegen.aot_source import ENTRY, PROFILE_ENTRY, Copy, KernelCall, Ptr, generate_aot
+from kiln.codegen.aot_source import ENTRY, FAILED_CALL, PROFILE_ENTRY, Copy, KernelCall, Ptr, generate_aot
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
-from kiln.codegen.module import CModule
+from kiln.codegen.module import CModule, kernel_error_text
 from kiln.errors import AotError, InputError  # noqa: F401  (AotError re-exported)
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
-from kiln.runtime.executor import fuse, lower_groups
+from kiln.runtime.executor import describe_group, fuse, lower_groups
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
@@ -50,6 +50,7 @@ class _Graph:
     weight_ids: dict[int, int] = field(default_factory=dict)  # id(array) -> tensor id
     calls: list[tuple[Kernel, tuple[int, ...]]] = field(default_factory=list)  # tensor per PrimFunc param
     steps: list[Step] = field(default_factory=list)
+    groups: list[Function] = field(default_factory=list)  # the fused group of each step
 
     def tensor(self, t: Type, what: str) -> int:
         self.types.append(_static(t, what))
@@ -128,6 +129,7 @@ def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any])
             raise AotError(f"{k.func.name}: buffer {p.name} is {p.dtype} but its tensor is {g.types[tid].dtype}")
     g.calls.append((k, tids))
     g.steps.append(Step(k.func.name, args + consts, outs))
+    g.groups.append(e.op)
     return outs if isinstance(e.op.body.type, TupleType) else outs[0]
 
 
@@ -152,7 +154,7 @@ class AotModule:
     once and reused, so runs of one module are serialized by a lock."""
 
     def __init__(self, mod: IRModule, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]],
-                 arena_bytes: int, library: Any, report: MemoryReport):
+                 arena_bytes: int, library: Any, report: MemoryReport, calls: tuple[str, ...] = ()):
         self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
         self._params = [(p.name, p.type) for p in mod.main.params]
         self._outputs = outputs
@@ -164,6 +166,9 @@ class AotModule:
         self._entry = getattr(library.lib, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._entry.restype = ctypes.c_int32
+        self.calls = calls  # per kernel call in entry order: its group's ops and nodes, for errors
+        self._failed_call = getattr(library.lib, FAILED_CALL)
+        self._failed_call.restype = ctypes.c_int32
         self._profile_entry = getattr(library.lib, PROFILE_ENTRY)
         self._profile_entry.argtypes = [ctypes.c_void_p] * 5
         self._profile_entry.restype = ctypes.c_int32
@@ -209,7 +214,11 @@ class AotModule:
             else:
                 rc = self._profile_entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs, seconds)
         if rc != 0:
-            raise KernelError(f"{ENTRY} failed with code {rc} (-2: out of memory for a kernel temporary)")
+            k = self._failed_call()
+            where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else ENTRY
+            if 0 <= k < len(self.calls):
+                where += f" ({self.calls[k]})"
+            raise KernelError(f"{where} failed: {kernel_error_text(rc)}")
         return outs
 
     def memory_report(self) -> MemoryReport:
@@ -251,4 +260,6 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
                           sum(graph.nbytes(t) for t in outputs))
     out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
-    return AotModule(fused, graph.weights, out_layout, plan.arena_bytes, CModule("model", source, path), report)
+    calls = tuple(describe_group(graph.groups[i]) for i in plan.order)
+    return AotModule(fused, graph.weights, out_layout, plan.arena_bytes, CModule("model", source, path), report,
+                     calls)

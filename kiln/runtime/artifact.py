@@ -147,7 +147,8 @@ def _kernel_records(cm: CompiledModule, by_id: dict[int, str], weights: dict[str
 def _aot_record(aot: AotModule, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> dict[str, Any]:
     keys = [_weight_key(a, f"aot.weight{j}", by_id, weights) for j, a in enumerate(aot.weights)]
     return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
-            "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report())}
+            "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report()),
+            "calls": list(aot.calls)}
 
 
 def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray], directory: Path,
@@ -158,7 +159,7 @@ def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray]
         mem = rec["memory"]
         report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
         return AotModule(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
-                         report)
+                         report, tuple(str(c) for c in rec.get("calls", ())))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{directory / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
                             ) from None

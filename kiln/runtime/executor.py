@@ -21,7 +21,7 @@ import numpy as np
 from kiln.codegen import runtime_lib
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction, _eval, build as build_c
-from kiln.errors import KilnError
+from kiln.errors import KernelError, KilnError
 from kiln.ir.dtype import to_numpy
 from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
@@ -151,7 +151,10 @@ class _KernelInterpreter(Interpreter):
             k = self.cm.kernels[id(e.op)]
             args = [scope.lookup(a)[1] for a in e.args]
             t0 = time.perf_counter()
-            outs = k(args)
+            try:
+                outs = k(args)
+            except KernelError as err:
+                raise KernelError(f"{err} ({describe_group(e.op)})") from None
             if self.profile is not None:
                 key = k.kernel.func.name
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
@@ -162,7 +165,10 @@ class _KernelInterpreter(Interpreter):
             args = [scope.lookup(a)[1] for a in e.args]
             spec = self._specialized(e.op, args)
             if spec is not None:
-                outs = spec.kernel([args[i] for i in spec.keep])
+                try:
+                    outs = spec.kernel([args[i] for i in spec.keep])
+                except KernelError as err:
+                    raise KernelError(f"{err} ({describe_group(e.op)})") from None
                 return tuple(outs) if len(spec.kernel.kernel.output_types) > 1 or _returns_tuple(e.op) else outs[0]
         return super()._compute(e, scope)
 
@@ -214,6 +220,13 @@ def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> I
     ctx = ctx or PassContext(opt_level=opt_level)
     ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config)
     return optimize(mod, opt_level, ctx)
+
+
+def describe_group(fn: Function, most: int = 3) -> str:
+    """A fused group's operators with their model node names, for error messages."""
+    calls = [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
+    named = [f"{e.op.name}" + (f" node {e.name!r}" if getattr(e, "name", None) else "") for e in calls]
+    return ", ".join(named[:most]) + (f" and {len(named) - most} more" if len(named) > most else "")
 
 
 def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None

@@ -76,6 +76,7 @@ INTRINSICS: dict[str, Any] = {
     "erf": lambda x: _ERF(x), "fmod": np.fmod, "abs": np.abs,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "bitwise_not": np.invert, "shift_left": _shift(True), "shift_right": _shift(False),
+    "check_index": lambda i, n: np.where((i >= 0) & (i < n), i, 0),  # the C kernel also reports it
 }
 
 

@@ -34,6 +34,7 @@ INTRINSICS: dict[str, Callable[..., np.ndarray]] = {
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "log1p": np.log1p, "expm1": np.expm1, "isnan": np.isnan, "isinf": np.isinf, "pow": np.power,
     "fmod": np.fmod, "atan2": np.arctan2,
+    "check_index": lambda i, n: np.where((i >= 0) & (i < n), i, 0),  # the C kernel also reports it
 }
 
 

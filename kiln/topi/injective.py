@@ -42,6 +42,13 @@ def norm_index(v: PrimExpr, n: PrimExpr) -> PrimExpr:
     return select(v < 0, v + n, v)
 
 
+def checked_index(v: PrimExpr, n: PrimExpr) -> PrimExpr:
+    """norm_index, checked in the kernel: an index outside [-n, n) makes the kernel fail with
+    KILN_ERR_INDEX (kiln_runtime.h) instead of reading outside the tensor."""
+    n = tir.cast("int64", n)
+    return tir.Call("int64", "check_index", (norm_index(v, n), n))
+
+
 @register_compute("tensor.reshape")
 def _reshape(attrs, inputs, out_type, consts):
     return reshape_to(inputs[0], out_dims(out_type, inputs))
@@ -167,7 +174,7 @@ def _gather(attrs, inputs, out_type, consts):
     q = idx.ndim
 
     def f(*i):
-        j = norm_index(idx(*i[axis:axis + q]), x.shape[axis])
+        j = checked_index(idx(*i[axis:axis + q]), x.shape[axis])
         return x(*i[:axis], j, *i[axis + q:])
 
     return te.compute(x.shape[:axis] + idx.shape + x.shape[axis + 1:], f, name="gather")
@@ -179,7 +186,7 @@ def _gather_elements(attrs, inputs, out_type, consts):
     axis = attrs.axis % x.ndim
 
     def f(*i):
-        j = norm_index(idx(*i), x.shape[axis])
+        j = checked_index(idx(*i), x.shape[axis])
         return x(*(j if a == axis else v for a, v in enumerate(i)))
 
     return te.compute(idx.shape, f, name="gather_elements")
@@ -196,7 +203,7 @@ def _gather_nd(attrs, inputs, out_type, consts):
 
     def f(*i):
         row = i[:q - 1]
-        picked = [norm_index(idx(*row, tir.const(t)), x.shape[b + t]) for t in range(k)]
+        picked = [checked_index(idx(*row, tir.const(t)), x.shape[b + t]) for t in range(k)]
         return x(*i[:b], *picked, *i[q - 1:])
 
     return te.compute(idx.shape[:-1] + x.shape[b + k:], f, name="gather_nd")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kiln import te, tir
 from kiln.tir import select
 from kiln.topi.elemwise import wide_dtype
-from kiln.topi.injective import norm_index
+from kiln.topi.injective import checked_index
 from kiln.topi.reduction import _softmax_parts, reduce_compute
 from kiln.topi.registry import ComputeError, register_compute
 
@@ -27,7 +27,7 @@ def _nll(attrs, logp: te.Tensor, target: te.Tensor, weight: te.Tensor | None, dt
         return tir.eq(target(*i), tir.const(attrs.ignore_index, target.dtype))
 
     def label(i) -> tir.PrimExpr:
-        return select(ignored(i), tir.const(0, "int64"), norm_index(target(*i), c))
+        return select(ignored(i), tir.const(0, "int64"), checked_index(target(*i), c))
 
     def weigh(*i):
         one = tir.const(1, w) if weight is None else tir.cast(w, weight(label(i)))

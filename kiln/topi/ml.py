@@ -14,6 +14,7 @@ import numpy as np
 from kiln import te, tir
 from kiln.op.ml import _member_sets
 from kiln.tir import PrimExpr, select
+from kiln.topi.injective import checked_index
 from kiln.topi.registry import ComputeError, out_dims, register_compute
 
 F64 = "float64"
@@ -135,8 +136,8 @@ def _binarizer(attrs, inputs, out_type, consts):
 @register_compute("ml.array_feature_extractor")
 def _array_feature_extractor(attrs, inputs, out_type, consts):
     """out[..., j] = x[..., flat(y)[j]]; a negative index counts from the end. An index out of range is an
-    error in the reference: constant indices are checked here (the call then runs on the host and raises);
-    NOTE: run-time ones are clamped, so the kernel never reads outside x."""
+    error in the reference: constant indices are checked here (the call then runs on the host and raises),
+    run-time ones by the kernel (checked_index)."""
     x, y = inputs
     if x.dtype == "string":
         raise ComputeError("ml.array_feature_extractor: string inputs have no compute")
@@ -155,9 +156,7 @@ def _array_feature_extractor(attrs, inputs, out_type, consts):
         return idx[::-1]
 
     def f(*i):
-        k, size = y(*flat_index(i[-1])), tir.cast("int64", n)
-        k = select(k < tir.const(0, "int64"), k + size, k)
-        k = tir.max_(tir.min_(k, size - tir.const(1, "int64")), tir.const(0, "int64"))
+        k = checked_index(y(*flat_index(i[-1])), n)
         lead = i[:-1] if x.ndim > 1 else ()
         return x(*lead, tir.cast(n.dtype, k))
 
