@@ -132,14 +132,18 @@ def intrinsic_case(name):
     return fn, args, out_dtype
 
 
+# check_index fails its kernel on a bad index: tests/runtime/test_bad_indices.py
+VALUE_INTRINSICS = sorted(n for n in INTRINSICS if n != "check_index")
+
+
 @pytest.fixture(scope="module")
 def intrinsics_module(cache):
     """All intrinsics in one module: one gcc run."""
-    cases = {name: intrinsic_case(name) for name in INTRINSICS}
+    cases = {name: intrinsic_case(name) for name in VALUE_INTRINSICS}
     return cases, build([fn for fn, _, _ in cases.values()], "intrinsics", cache=cache)
 
 
-@pytest.mark.parametrize("name", sorted(INTRINSICS))
+@pytest.mark.parametrize("name", VALUE_INTRINSICS)
 def test_intrinsics_match_te_eval(intrinsics_module, name):
     cases, module = intrinsics_module
     _, args, out_dtype = cases[name]
