@@ -32,7 +32,7 @@ class KilnValue(ctypes.Union):
 
 _KERNEL_ERRORS = {-1: "wrong number of arguments", -2: "out of memory allocating a temporary buffer",
                   -3: "a runtime-library function got an invalid argument",
-                  -4: "an index is out of range (a Gather-like operator got an index outside [-n, n) of its axis)"}
+                  -4: "an index is out of range (a gather or scatter got an index outside [-n, n) of its axis)"}
 
 
 def kernel_error_text(rc: int) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from kiln import te, tir
 from kiln.te.tensor import CommReducer
 from kiln.tir import PrimExpr, select
-from kiln.topi.injective import norm_index
+from kiln.topi.injective import checked_index
 from kiln.topi.registry import ComputeError, register_compute
 
 # (found, value): the later of two found updates wins
@@ -55,7 +55,7 @@ def _scatter_elements(attrs, inputs, out_type, consts):
 
     def hit(i, vs):
         inside = [i[a] < idx.shape[a] for a in range(data.ndim) if a != axis]
-        return tir.all_of(inside + [tir.eq(norm_index(idx(*pos(i, vs)), data.shape[axis]), i[axis])])
+        return tir.all_of(inside + [tir.eq(checked_index(idx(*pos(i, vs)), data.shape[axis]), i[axis])])
 
     return scatter_compute(data, [idx.shape[axis]], hit, lambda i, vs: upd(*pos(i, vs)), attrs.reduction,
                            "scatter_elements")
@@ -70,6 +70,6 @@ def _scatter_nd(attrs, inputs, out_type, consts):
     k = k.value
 
     def hit(i, vs):
-        return tir.all_of([tir.eq(norm_index(idx(*vs, tir.const(t)), data.shape[t]), i[t]) for t in range(k)])
+        return tir.all_of([tir.eq(checked_index(idx(*vs, tir.const(t)), data.shape[t]), i[t]) for t in range(k)])
 
     return scatter_compute(data, idx.shape[:-1], hit, lambda i, vs: upd(*vs, *i[k:]), attrs.reduction, "scatter_nd")

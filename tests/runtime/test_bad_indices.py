@@ -60,3 +60,21 @@ def test_array_feature_extractor_checks_run_time_indices():
     np.testing.assert_array_equal(sess.run(None, {"x": x, "i": np.array([4, -5])})[0], [[4, 0], [9, 5]])
     with pytest.raises(KernelError, match="out of range"):
         sess.run(None, {"x": x, "i": np.array([5, 0])})
+
+
+@pytest.mark.parametrize("op, shape, good, bad", [
+    ("ScatterElements", [2, 3], [[0, 1, 2], [3, -4, 1]], [[0, 4, 0], [0, 0, 0]]),
+    ("ScatterND", [2, 1], [[3], [-4]], [[0], [-5]]),
+])
+def test_scatter_reports_bad_indices(op, shape, good, bad):
+    upd_shape = shape if op == "ScatterElements" else [2, 3]
+    m = model([helper.make_node(op, ["x", "i", "u"], ["y"], name="put")],
+              [("x", F, [4, 3]), ("i", I64, shape), ("u", F, upd_shape)], [("y", F, [4, 3])], opset=18)
+    sess = kiln.InferenceSession(kiln.build(m))
+    x = np.zeros((4, 3), np.float32)
+    u = np.arange(1, 7, dtype=np.float32).reshape(upd_shape)
+    feeds = {"x": x, "i": np.array(good), "u": u}
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], kiln.evaluate(kiln.from_onnx(m), feeds)[0])
+    with pytest.raises(KernelError, match="out of range") as err:
+        sess.run(None, {**feeds, "i": np.array(bad)})
+    assert "node 'put'" in str(err.value)
