@@ -16,7 +16,7 @@ from kiln import te, tir
 from kiln.ir import dtype as dt
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import ComputeError, register_compute
-from kiln.topi.vmath import verf
+from kiln.topi.vmath import verf, vexp, vsigmoid, vtanh
 
 Fn = Callable[..., PrimExpr]
 
@@ -74,9 +74,12 @@ _MATH: dict[str, Fn] = {
     "round": _intrin("nearbyint"), "not": lambda a, v: ~v,
     "bitwise_not": lambda a, v: tir.call("bitwise_not", v),
 }
-for _n in ("sqrt", "exp", "log", "erf", "ceil", "floor", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
-           "cosh", "tanh", "asinh", "acosh", "atanh"):
+for _n in ("sqrt", "log", "ceil", "floor", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+           "cosh", "asinh", "acosh", "atanh"):
     _MATH[_n] = _intrin(_n)
+# float32 exp, erf and tanh as branch-free expressions (within 1-3 ulp of libm), so the loops around
+# them vectorize: a libm call keeps a whole fused conv or dense epilogue scalar
+_MATH.update({"exp": lambda a, v: vexp(v), "erf": lambda a, v: verf(v), "tanh": lambda a, v: vtanh(v)})
 for _n, _fn in _MATH.items():
     _unary(f"math.{_n}", _fn)
 
@@ -103,7 +106,7 @@ def _is_inf(attrs, inputs, out_type, consts):
 
 
 def sigmoid(v: PrimExpr) -> PrimExpr:
-    return te.sigmoid(v)
+    return vsigmoid(v)  # float32: vectorizable (SiLU and swish epilogues of convs)
 
 
 def softplus(v: PrimExpr) -> PrimExpr:
@@ -118,7 +121,7 @@ def _clip01(v: PrimExpr) -> PrimExpr:
 def _gelu(a, v):
     if a.approximate == "tanh":
         inner = _c(v, math.sqrt(2 / math.pi)) * (v + _c(v, 0.044715) * v * v * v)
-        return _c(v, 0.5) * v * (_c(v, 1) + te.tanh(inner))
+        return _c(v, 0.5) * v * (_c(v, 1) + vtanh(inner))
     return _c(v, 0.5) * v * (_c(v, 1) + verf(v * _c(v, 1 / math.sqrt(2))))  # float32: vectorizable erf
 
 
