@@ -25,14 +25,20 @@ def main() -> None:
     from kiln.runtime.aot import build_aot
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", choices=MODELS)
+    p.add_argument("model", help=f"one of {', '.join(MODELS)}, or an .onnx file (symbolic dims = 1)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--opt-level", type=int, default=3)
     args = p.parse_args()
-    model = make_model(args.model, args.batch)
+    if args.model in MODELS:
+        model = make_model(args.model, args.batch)
+    else:
+        from kiln.bench import with_fixed_dims
+        from kiln.frontend.onnx import load_model
+
+        model = with_fixed_dims(load_model(args.model), {}, lambda _: None)
     feeds = feeds_for(model)
     aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
     set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
