@@ -17,12 +17,16 @@ SMALL = {  # name -> (builder, batch): reduced image sizes keep the interpreter 
     "mobilenet_v2": (lambda b: models.mobilenet_v2(batch=b, size=64), 2),
     "bert_tiny": (lambda b: models.bert_tiny(batch=b), 2),
     "small_cnn": (lambda b: models.small_cnn(batch=b), 2),
+    "efficientnet_b0": (lambda b: models.efficientnet_b0(batch=b, size=64), 1),
+    "gpt_tiny": (lambda b: models.gpt_tiny(batch=b), 2),
 }
 FULL_INTERPRETED = {
     "resnet18": lambda: models.resnet18(batch=1),
     "resnet50": lambda: models.resnet50(batch=1),
     "mobilenet_v2": lambda: models.mobilenet_v2(batch=1),
     "bert": lambda: models.bert(batch=1),
+    "efficientnet_b0": lambda: models.efficientnet_b0(batch=1),
+    "gpt": lambda: models.gpt(batch=1),
 }
 
 

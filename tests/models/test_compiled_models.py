@@ -18,12 +18,15 @@ from tests.models.harness import ATOL, RTOL, SMALL, feeds_for, onnxruntime_outpu
 # built-in model compiles completely; a regression that sends a group back to the host fails here.
 HOST = {
     "mlp": [], "resnet18": [], "resnet50": [], "mobilenet_v2": [], "bert_tiny": [], "small_cnn": [],
+    "efficientnet_b0": [], "gpt_tiny": [],
 }
 FULL = {
     "resnet18": (lambda: models.resnet18(batch=1), []),
     "resnet50": (lambda: models.resnet50(batch=1), []),
     "mobilenet_v2": (lambda: models.mobilenet_v2(batch=1), []),
     "bert": (lambda: models.bert(batch=1), []),
+    "efficientnet_b0": (lambda: models.efficientnet_b0(batch=1), []),
+    "gpt": (lambda: models.gpt(batch=1), []),
 }
 
 

@@ -46,6 +46,7 @@ def test_full_size_interpreter_matches_onnxruntime(name: str) -> None:
 
 @pytest.mark.parametrize("build,count", [
     (models.resnet18, 11_689_512), (models.resnet50, 25_557_032), (models.mobilenet_v2, 3_504_872),
+    (models.efficientnet_b0, 5_288_548),
     (models.mlp, 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10)])
 def test_parameter_counts_match_torchvision(build, count: int) -> None:
     assert _trainable(build()) == count
@@ -59,6 +60,22 @@ def test_bert_shape_and_parameter_count() -> None:
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("LayerNormalization") == 1 + 2 * layers and ops.count("Softmax") == layers
     assert ops.count("Erf") == layers and "Attention" not in ops
+
+
+def test_gpt_shape_and_parameter_count() -> None:
+    layers, h, seq, vocab = 6, 384, 128, 8192
+    model = models.gpt()
+    per_layer = 12 * h * h + 13 * h  # qkv and out projections; two layer norms; the 4h FFN
+    assert _trainable(model) == 2 * vocab * h + seq * h + 2 * h + layers * per_layer
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Where") == ops.count("Tanh") == ops.count("Split") == layers and "Attention" not in ops
+
+
+def test_efficientnet_has_squeeze_excite_and_silu() -> None:
+    ops = [n.op_type for n in models.efficientnet_b0().graph.node]
+    assert ops.count("GlobalAveragePool") == 17  # one per block, and the head's
+    # SiLU after 15 expand convs, 16 depthwise convs and 16 SE squeezes; 16 SE gates; the stem and head SiLU
+    assert ops.count("Sigmoid") == 15 + 3 * 16 + 2
 
 
 def test_mobilenet_depthwise_convs_are_grouped() -> None:
