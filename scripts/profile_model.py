@@ -18,21 +18,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> None:
     import kiln
-    from bench_models import MODELS, feeds_for, make_model
+    from bench_models import EXTRA, MODELS, feeds_for, make_model
     from kiln.build import flop_count
     from kiln.ir.module import IRModule
     from kiln.runtime.executor import primitive_functions
     from kiln.runtime.aot import build_aot
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help=f"one of {', '.join(MODELS)}, or an .onnx file (symbolic dims = 1)")
+    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--opt-level", type=int, default=3)
     args = p.parse_args()
-    if args.model in MODELS:
+    if args.model in MODELS + EXTRA:
         model = make_model(args.model, args.batch)
     else:
         from kiln.bench import with_fixed_dims
