@@ -196,14 +196,16 @@ def _gelu(approximate: str):
 
 
 # ---------------------------------------------------------------------------------------------
-# attention: softmax(q k^T * scale [+ mask]) v  over (B, H, S, D) tensors
+# attention: softmax(q k^T * scale [+ mask | masked by where(keep, ., -big)]) v  over (B, H, S, D) tensors
 
 _SCORES = is_op("linalg.mat_mul")(
     is_op("math.mul")(wildcard().named("q"), scalar().named("q_scale")) | wildcard().named("q"),
     wildcard().named("kt")).named("scores")
 _SCALED = (is_op("math.mul")(_SCORES, scalar().named("mul_scale"))
            | is_op("math.div")(_SCORES, scalar().named("div_scale")) | _SCORES)
-_LOGITS = is_op("math.add")(_SCALED, wildcard().named("mask")).named("logits") | _SCALED
+_WHERE_MASKED = is_op("math.where")(is_constant().named("keep"), _SCALED, scalar().named("fill"))
+_LOGITS = is_op("math.add")(_SCALED, wildcard().named("mask")).named("logits") | _WHERE_MASKED | _SCALED
+MASKED_BELOW = -1e4  # a where-fill at or below this gets probability exp(fill - max) == 0, as an added mask does
 _ATTENTION = is_op("linalg.mat_mul")(is_op("reduce.softmax")(_LOGITS).named("probs"), wildcard().named("v"))
 
 
@@ -232,7 +234,16 @@ def _attention(m: Match) -> Expr | None:
     if not scale > 0 or not math.isfinite(scale):
         return None
     args = [q, k, v]
-    if "mask" in m:
+    causal = 0
+    if "keep" in m:
+        mask = _where_mask(m["keep"].data, _float(m["fill"]), m["scores"].type, q.type.dtype)
+        if mask is None:
+            return None
+        if isinstance(mask, str):
+            causal = 1
+        else:
+            args.append(Constant(mask))
+    elif "mask" in m:
         mask, scores = m["mask"], m["scores"].type.shape
         ms = shape_of(mask)
         if mask.type.dtype != q.type.dtype or ms is None or not 1 <= len(ms) <= 4:
@@ -242,7 +253,26 @@ def _attention(m: Match) -> Expr | None:
         if not all(d == 1 or (d == s and d != ANY) for d, s in zip(ms[::-1], scores[::-1])):
             return None
         args.append(mask)
-    return TupleGetItem(get_op("nn.attention")(*args, scale=scale), 0)
+    return TupleGetItem(get_op("nn.attention")(*args, scale=scale, is_causal=causal), 0)
+
+
+def _where_mask(keep: np.ndarray, fill: float, scores: TensorType, dtype: str) -> np.ndarray | str | None:
+    """where(keep, scores, fill) as nn.attention sees it: "causal" when keep is the lower triangle of
+    square scores, else the additive mask (0 where kept, fill elsewhere); None when it is no mask (a
+    fill that leaves probability, a shape the mask cannot take)."""
+    shape = scores.shape
+    if not fill <= MASKED_BELOW or keep.dtype != np.bool_ or not 1 <= keep.ndim <= 4 or shape is None:
+        return None
+    if not all(isinstance(d, int) for d in shape[-2:]):
+        return None
+    if keep.shape[-1] != shape[-1] or not all(d == 1 or d == s for d, s in zip(keep.shape[::-1], shape[::-1])):
+        return None
+    if keep.ndim >= 2 and shape[-1] == shape[-2]:
+        kept = np.broadcast_to(keep, keep.shape[:-2] + tuple(shape[-2:]))
+        tril = np.tril(np.ones(shape[-2:], bool))
+        if all(np.array_equal(kept[i], tril) for i in np.ndindex(kept.shape[:-2])):
+            return "causal"
+    return np.where(keep, np.float32(0), np.float32(fill)).astype(dt.to_numpy(dtype))
 
 
 def _is_last_swap(e: Expr) -> bool:

@@ -298,3 +298,37 @@ def test_ten_thousand_dropouts():
     after = run_pass(PASS, IRModule({"main": Function((x,), e)}))
     assert {getattr(n.op, "name", "") for n in kiln.ir.post_order(after.main) if isinstance(n, kiln.ir.Call)} == {
         "nn.relu"}
+
+
+def _where_attention(keep: np.ndarray, fill: str, s: int = 5) -> str:
+    flat = ", ".join("true" if b else "false" for b in keep.reshape(-1))
+    return f"""
+def @main(%q: Tensor[(B, 2, {s}, 4), float32], %k: Tensor[(B, 2, {s}, 4), float32], %v: Tensor[(B, 2, {s}, 3), float32]) -> Tensor[(B, 2, {s}, 3), float32] {{
+  %0 = tensor.transpose(%k, perm=(0, 1, 3, 2));
+  %1 = linalg.mat_mul(%q, %0);
+  %2 = math.mul(%1, [0.5]:float32());
+  %3 = math.where([{flat}]:bool({", ".join(map(str, keep.shape))}), %2, [{fill}]:float32());
+  %4 = reduce.softmax(%3, axis=-1);
+  linalg.mat_mul(%4, %v)
+}}"""
+
+
+@pytest.mark.parametrize("fill", ["-inf", "-3.4028235e+38", "-10000.0"])
+def test_where_causal_mask_is_causal_attention(fill):
+    after = differential(_where_attention(np.tril(np.ones((5, 5), bool)), fill), {"B": 2})
+    text = kiln.ir.text(after)
+    assert "nn.attention" in text and "is_causal=1" in text and "math.where" not in text
+
+
+@pytest.mark.parametrize("keep", [np.tril(np.ones((5, 5), bool), -1) | np.eye(5, dtype=bool)[::-1],
+                                  np.array([True, False, True, True, False]), np.ones((1, 2, 5, 5), bool) & (np.arange(5) < 4)])
+def test_other_where_masks_become_additive_masks(keep):
+    after = differential(_where_attention(keep, "-inf"), {"B": 2})
+    text = kiln.ir.text(after)
+    assert "nn.attention" in text and "is_causal" not in text and "math.where" not in text
+
+
+@pytest.mark.parametrize("keep, fill", [(np.tril(np.ones((5, 5), bool)), "-1.0"),  # leaves probability
+                                        (np.ones((5, 1), bool), "-inf")])  # a mask nn.attention would pad
+def test_where_lookalikes_stay(keep, fill):
+    unchanged(_where_attention(keep, fill))
