@@ -19,6 +19,7 @@ STANDARD = [
     "eliminate-common-subexpr",
     "combine-parallel-conv2d",
     "combine-parallel-dense",
+    "conv-transpose-to-conv",
     "alter-op-layout",
     "to-mixed-precision",
     "fast-math",
