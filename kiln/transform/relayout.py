@@ -15,8 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from kiln.errors import TypeInferenceError
-from kiln.ir.expr import Call, Constant, Expr, Function, Op, TupleGetItem, children, is_absent
+from kiln.ir.expr import Call, Constant, Expr, Function, Op, TupleGetItem, absent, children, is_absent
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order, with_children
 from kiln.op.layout import (
@@ -341,10 +343,41 @@ def relayout_concat(eng: Relayout, call: Call) -> InLayout | None:
     return checked(new, call, lead)
 
 
+def relayout_resize(eng: Relayout, call: Call) -> InLayout | None:
+    """A spatial resize of an NCHW tensor held blocked: the same resize over H and W of the blocked
+    tensor (each channel is resampled alone), so no transform back and forth around it."""
+    v = eng.state(call.args[0])
+    a = call.attrs
+    if v is None or v.orig != "NCHW" or a.keep_aspect_ratio_policy != "stretch":
+        return None
+    args = list(call.args) + [None] * (4 - len(call.args))
+    if args[1] is not None and not is_absent(args[1]):
+        return None  # a region of interest
+    given = [(k, e) for k, e in enumerate(args[2:], 2) if e is not None and not is_absent(e)
+             and not (isinstance(e, Constant) and e.data.size == 0)]  # an empty scales beside sizes
+    if len(given) != 1 or not isinstance(given[0][1], Constant):
+        return None
+    k, const = given[0]
+    x_shape = call.args[0].type.shape  # type: ignore[union-attr]
+    axes = list(a.axes) if a.axes is not None else [0, 1, 2, 3]
+    axes = [ax % 4 for ax in axes]
+    values = dict(zip(axes, const.data.reshape(-1).tolist()))
+    if any(values.get(ax, 1.0 if k == 2 else x_shape[ax]) != (1.0 if k == 2 else x_shape[ax]) for ax in (0, 1)):
+        return None  # batch or channels resized
+    cur = parse_layout(v.cur)
+    hw = (cur.index("H"), cur.index("W"))
+    spatial = Constant(np.asarray([values.get(ax, 1.0 if k == 2 else x_shape[ax]) for ax in (2, 3)],
+                                  const.data.dtype))
+    scales, sizes = (spatial, absent()) if k == 2 else (absent(), spatial)
+    new = get_op("vision.resize")(v.expr, absent(), scales, sizes, attrs=replace(a, axes=hw))
+    return checked(new, call, v)
+
+
 # (name, applies to call, rule): a rule returns the relaid-out value or None to leave the call
 RELAYOUT_RULES: list[tuple[str, Callable[[Call], bool], Callable]] = [
     ("relayout-conv", _is_conv, relayout_conv),
     ("relayout-pool", lambda e: e.op.name in POOL_OPS.values() or e.op.name == "nn.pool2d_layout", relayout_pool),
     ("relayout-concat", lambda e: e.op.name == "tensor.concat", relayout_concat),
+    ("relayout-resize", lambda e: e.op.name == "vision.resize", relayout_resize),
     ("relayout-elementwise", _is_elementwise, relayout_elementwise),
 ]
