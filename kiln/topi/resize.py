@@ -90,7 +90,11 @@ def _axis(attrs: ResizeAttrs, prev: te.Tensor, axis: int, scale: float, out: int
         kernel, support = (_linear, 1.0) if attrs.mode == "linear" else (_cubic(attrs.cubic_coeff_a), 2.0)
         stretch = min(scale, 1.0) if attrs.antialias else 1.0
         reach = support / stretch
-        count = int(2 * math.ceil(reach)) + 1
+        # NOTE: the window's last tap lies `reach` or more from pos, so it weighs 0 when reach is whole:
+        # without antialias, linear reads 2 taps and cubic 4, and the weights already sum to 1
+        whole = reach == int(reach)
+        count = int(2 * math.ceil(reach)) + (0 if whole else 1)
+        normalize = attrs.exclude_outside or not whole
 
         def weighted(first: PrimExpr) -> PrimExpr:
             idx = [first + _f(t) for t in range(count)]
@@ -105,7 +109,7 @@ def _axis(attrs: ResizeAttrs, prev: te.Tensor, axis: int, scale: float, out: int
                 total = tir.select(tir.eq(total, _f(0.0)), _f(1.0), total)
                 acc = None
                 for j, w in zip(idx, wv):
-                    term = load(i, tir.cast("int64", j)) * (w / total)
+                    term = load(i, tir.cast("int64", j)) * ((w / total) if normalize else w)
                     acc = term if acc is None else acc + term
                 return acc
 
