@@ -6,6 +6,7 @@ Importing this package registers every pass in PASSES under its command-line nam
 from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
                                   basic,
                                   combine_parallel,
+                                  conv1d,
                                   conv_transpose,
                                   cse,
                                   fast_math,

@@ -20,6 +20,7 @@ STANDARD = [
     "combine-parallel-conv2d",
     "combine-parallel-dense",
     "conv-transpose-to-conv",
+    "conv1d-as-conv2d",
     "alter-op-layout",
     "to-mixed-precision",
     "fast-math",

@@ -1,0 +1,50 @@
+"""conv1d-as-conv2d: a 1-D conv runs as a 2-D conv over a unit height (then the blocked kernel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import kiln
+from kiln.ir.expr import Call
+from kiln.ir.visitor import post_order
+from kiln.runtime.executor import build
+from kiln.transform import PASSES, PassContext
+from tests.helpers import F, model
+
+RNG = np.random.default_rng(0)
+
+
+def _model(c, m, length, k, bias=True, **attrs):
+    g = attrs.get("group", 1)
+    inits = [numpy_helper.from_array(RNG.standard_normal((m, c // g, k)).astype(np.float32), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(m).astype(np.float32), "b"))
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], kernel_shape=[k], **attrs)
+    return model([node], [("x", F, [2, c, length])], [("y", F, ["n", "m", "l"])], inits, opset=17)
+
+
+@pytest.mark.parametrize("case", [
+    dict(c=1, m=16, length=101, k=10, strides=[5]),  # a wav2vec-style feature encoder's first layer
+    dict(c=16, m=24, length=37, k=3, pads=[1, 2], dilations=[2]),
+    dict(c=12, m=12, length=29, k=5, group=12, bias=False),  # depthwise
+    dict(c=8, m=6, length=7, k=7, auto_pad="VALID"),
+])
+def test_conv1d_runs_as_conv2d(case):
+    onnx_model = _model(**case)
+    mod = kiln.from_onnx(onnx_model)
+    after = PASSES["conv1d-as-conv2d"](mod, PassContext(opt_level=2))
+    convs = [e for e in post_order(after.main) if isinstance(e, Call) and getattr(e.op, "name", "") == "nn.conv"]
+    assert [c.args[0].type.ndim for c in convs] == [4]
+    x = RNG.standard_normal(mod.main.params[0].type.shape).astype(np.float32)
+    want = kiln.evaluate(mod, {"x": x})[0]
+    np.testing.assert_allclose(kiln.evaluate(after, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(build(mod, opt_level=3).run({"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_same_padding_stays():
+    mod = kiln.from_onnx(_model(4, 4, 9, 3, auto_pad="SAME_UPPER"))
+    after = PASSES["conv1d-as-conv2d"](mod, PassContext(opt_level=2))
+    assert [e.args[0].type.ndim for e in post_order(after.main) if isinstance(e, Call)
+            and getattr(e.op, "name", "") == "nn.conv"] == [3]
