@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kiln import te, tir
 from kiln.op.rnn import bound_activations
 from kiln.te.scan import scan
+from kiln.topi.vmath import vsigmoid, vtanh
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
@@ -36,12 +37,12 @@ def _activation(key: str, a: float, b: float) -> Act:
     """The tir form of one of kiln.op.rnn.ACTIVATIONS with its alpha/beta bound."""
     forms: dict[str, Act] = {
         "relu": lambda x: tir.max_(x, 0.0),
-        "tanh": te.tanh,
-        "sigmoid": te.sigmoid,
+        "tanh": vtanh,  # float32: branch-free, so the gate loops vectorize (kiln.topi.vmath)
+        "sigmoid": vsigmoid,
         "affine": lambda x: x * a + b,
         "leakyrelu": lambda x: tir.select(x >= 0.0, x, x * a),
         "thresholdedrelu": lambda x: tir.select(x > a, x, tir.const(0.0, x.dtype)),
-        "scaledtanh": lambda x: te.tanh(x * b) * a,
+        "scaledtanh": lambda x: vtanh(x * b) * a,
         "hardsigmoid": lambda x: tir.min_(tir.max_(x * a + b, 0.0), 1.0),
         "elu": lambda x: tir.select(x >= 0.0, x, te.expm1(tir.min_(x, 0.0)) * a),
         "softsign": lambda x: x / (te.fabs(x) + 1.0),
