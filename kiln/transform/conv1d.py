@@ -4,7 +4,9 @@ kernel (register tiles over output columns and channel blocks) instead of the ge
     conv1d(x[N, C, L], w[M, C/g, K]) = squeeze(conv2d(unsqueeze(x, 2), unsqueeze(w, 2)), 2)
 
 with the kernel, strides, dilations and pads given a leading unit axis. The unsqueeze of a constant
-weight folds; the ones around the data are reshapes between the blocked regions.
+weight folds; the ones around the data are reshapes between the blocked regions. A unary elementwise
+op on the result (an activation) moves before the squeeze, so that it stays in the conv's blocked
+region and fuses into the kernel's store.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kiln.ir.expr import Call, Constant, Expr, Function, is_absent
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import rewrite
-from kiln.op.registry import OpDef, get_op
+from kiln.op.registry import OpDef, Pattern, get_op
 from kiln.transform.infra import PassContext, function_pass
 
 
@@ -46,7 +48,17 @@ def conv1d_as_conv2d(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
         if isinstance(new, Call) and isinstance(new.op, OpDef) and new.op.name == "nn.conv":
             out = as_conv2d(new)
             if out is not None and out.type == new.type:
+                squeezed.add(id(out))
+                return out
+        if isinstance(new, Call) and isinstance(new.op, OpDef) and new.op.pattern == Pattern.ELEMWISE \
+                and len(new.args) == 1 and id(new.args[0]) in squeezed:
+            sq = new.args[0]
+            out = Call(sq.op, (Call(new.op, (sq.args[0],), new.attrs, new.name), *sq.args[1:]), sq.attrs)
+            if out.type == new.type:
+                squeezed.add(id(out))
                 return out
         return new
+
+    squeezed: set[int] = set()  # the squeezes this pass made, and those moved below an activation
 
     return rewrite(fn, post)

@@ -48,3 +48,20 @@ def test_same_padding_stays():
     after = PASSES["conv1d-as-conv2d"](mod, PassContext(opt_level=2))
     assert [e.args[0].type.ndim for e in post_order(after.main) if isinstance(e, Call)
             and getattr(e.op, "name", "") == "nn.conv"] == [3]
+
+
+def test_an_activation_moves_before_the_squeeze_and_fuses_into_the_conv():
+    w = numpy_helper.from_array(RNG.standard_normal((16, 8, 3)).astype(np.float32), "w")
+    onnx_model = model([helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3], pads=[1, 1]),
+                        helper.make_node("Relu", ["c"], ["y"])], [("x", F, [1, 8, 50])], [("y", F, ["n", "m", "l"])],
+                       [w], opset=17)
+    mod = kiln.from_onnx(onnx_model)
+    after = PASSES["conv1d-as-conv2d"](mod, PassContext(opt_level=2))
+    relu = next(e for e in post_order(after.main) if isinstance(e, Call) and getattr(e.op, "name", "") == "nn.relu")
+    assert relu.type.ndim == 4
+    x = RNG.standard_normal((1, 8, 50)).astype(np.float32)
+    cm = build(mod, opt_level=3)
+    np.testing.assert_allclose(cm.run({"x": x})[0], kiln.evaluate(mod, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    groups = [" > ".join(e.op.name for e in post_order(fn.body) if isinstance(e, Call) and hasattr(e.op, "name"))
+              for fn in (k.group for k in cm.kernels.values())]
+    assert any("conv2d_nchwc" in g and "relu" in g for g in groups), groups
