@@ -20,6 +20,7 @@ from kiln.op import (  # noqa: F401,E402
                      tensor,
                      train,
                      vision,
+                     winograd,
 )
 from kiln.op.registry import REGISTRY, OpDef, Pattern, define_op, get_op  # noqa: F401
 

@@ -271,7 +271,8 @@ conv2d_nhwc = define_op(
 @dataclass(frozen=True)
 class Conv2dNCHWcAttrs:
     """data_layout NCHW[x]c, kernel_layout OIHW[x]i[y]o; the output is NCHW[y]c, bias is C[y]c.
-    `group` > 1 is a depthwise conv (one input channel per output channel): kernel OIHW1i[x]o."""
+    `group` > 1 is a depthwise conv (one input channel per output channel: kernel OIHW1i[x]o) or a grouped
+    conv whose groups hold whole channel blocks (Winograd's batched GEMM, kiln/op/winograd.py)."""
 
     data_layout: str
     kernel_layout: str

@@ -2,6 +2,7 @@
 NCHW[x]c convolution and pooling in a blocked layout. They let the regions AlterOpLayout builds
 compile instead of running on the host.
 
+A grouped blocked conv (the batched GEMM of Winograd) reads its group's input channel blocks.
 The blocked conv reads a padded copy of its input (a Select on bounds computed once) so the taps
 of a window never test bounds; its reduction runs over (input channel blocks, kernel rows,
 kernel columns, channels in a block), the order the x86 schedule keeps in registers.
@@ -115,16 +116,20 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
     acc = wide_dtype(x.dtype)
     xp = pad_blocked(x, pads, tir.const(0, x.dtype))
     (sh, sw), (dh, dw) = win.strides, win.dilations
-    if attrs.group > 1:
-        if icb != 1 or ico != 1 or ocb != _static(xs[4]) or oco != _static(xs[1]):
-            raise ComputeError(f"nn.conv2d_nchwc: group {attrs.group} is not a depthwise conv of blocked channels")
+    group = attrs.group
+    if group > 1 and icb == 1 and ico == 1 and ocb == _static(xs[4]) and oco == _static(xs[1]):
         return _depthwise(x, w, b, xp, (oco, out[0], out[1], ocb), win, acc)
+    if group > 1 and (oco % group or ico * group != _static(xs[1]) or icb != _static(xs[4])):
+        raise ComputeError(f"nn.conv2d_nchwc: group {attrs.group} does not split {oco} output and "
+                           f"{_static(xs[1])} input channel blocks evenly")
+    per_group = oco // group  # output channel blocks of one group; it reads input blocks g*ico ...
 
     def f(n, m, y, z, mc):
         c = te.reduce_axis(ico, "c")
         ry, rx = te.reduce_axis(kh, "ky"), te.reduce_axis(kw, "kx")
         ci = te.reduce_axis(icb, "ci")
-        v = _cast(acc, xp(n, c.var, y * sh + ry.var * dh, z * sw + rx.var * dw, ci.var)) * \
+        cin = c.var if group == 1 else m // per_group * ico + c.var
+        v = _cast(acc, xp(n, cin, y * sh + ry.var * dh, z * sw + rx.var * dw, ci.var)) * \
             _cast(acc, w(m, c.var, ry.var, rx.var, ci.var, mc))
         return te.sum(v, [c, ry, rx, ci])
 
@@ -217,3 +222,4 @@ def _pool2d_layout(attrs, inputs, out_type, consts):
 
     return te.compute(total.shape, f, name="average_pool")
 
+from kiln.topi import winograd  # noqa: F401,E402  (the Winograd transforms around the grouped blocked conv)

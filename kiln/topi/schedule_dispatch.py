@@ -17,6 +17,7 @@ from kiln.topi.schedule_generic import schedule_generic
 from kiln.topi.schedule_pool import schedule_pool
 from kiln.topi.schedule_reduce import schedule_reduce
 from kiln.topi.schedule_transform import schedule_transform
+from kiln.topi.schedule_winograd import schedule_winograd_input, schedule_winograd_output
 from kiln.topi.x86_attention import schedule_attention_blocked
 from kiln.topi.x86_rowwise import schedule_rowwise
 
@@ -28,6 +29,8 @@ ANCHOR_SCHEDULES: dict[str, AnchorSchedule] = {
     "quant.qlinear_conv": schedule_conv,
     "nn.conv2d_nchwc": schedule_conv_nchwc,
     "nn.pool2d_layout": schedule_pool,
+    "nn.winograd_input": schedule_winograd_input,
+    "nn.winograd_output": schedule_winograd_output,
     "linalg.mat_mul": schedule_dense,
     "linalg.mat_mul_integer": schedule_dense,
     "linalg.gemm": schedule_dense,

@@ -1,5 +1,5 @@
-"""Registry-test cases for the blocked-layout ops alter-op-layout produces (end to end through the
-x86 schedules: tests/topi/test_conv_x86.py)."""
+"""Registry-test cases for the blocked-layout ops alter-op-layout produces, Winograd's transforms
+included (end to end through the x86 schedules: tests/topi/test_conv_x86.py, test_winograd.py)."""
 
 from __future__ import annotations
 
@@ -43,5 +43,21 @@ def _pool(rng):
             (A("nn.pool2d_layout", mode="global_average", layout="NCHW4c"), [x], ())]
 
 
+def _winograd_input(rng):
+    from tests.topi.cases import A
+
+    return [(A("nn.winograd_input", tile=4, pads=(1, 1, 1, 1), out=(7, 5)), [rand((1, 2, 7, 5, 4), "float32", rng)], ()),
+            (A("nn.winograd_input", tile=2, pads=(0, 1, 2, 0), out=(3, 3)), [rand((2, 1, 3, 4, 3), "float32", rng)], ())]
+
+
+def _winograd_output(rng):
+    from tests.topi.cases import A
+
+    return [(A("nn.winograd_output", tile=4, out=(7, 5)),
+             [rand((1, 72, 2, 2, 4), "float32", rng), rand((2, 4), "float32", rng)], ()),
+            (A("nn.winograd_output", tile=2, out=(3, 2)), [rand((2, 16, 2, 1, 3), "float32", rng)], ())]
+
+
 def LAYOUT_CASES() -> dict:
-    return {"tensor.layout_transform": _transform, "nn.conv2d_nchwc": _conv, "nn.pool2d_layout": _pool}
+    return {"tensor.layout_transform": _transform, "nn.conv2d_nchwc": _conv, "nn.pool2d_layout": _pool,
+            "nn.winograd_input": _winograd_input, "nn.winograd_output": _winograd_output}

@@ -1,0 +1,91 @@
+"""x86 schedules of the Winograd transform groups (the batched GEMM between them is a grouped blocked
+conv, scheduled by schedule_conv_nchwc).
+
+Both unroll one whole tile, so the Select on the tile position is decided per statement; the channel
+block is the vector. The input transform reads a zero-padded copy of its input (no bounds tests) and,
+separable, the row sums d B computed at the root; it walks one channel block of a row of tiles at a
+time. The output transform writes m x m outputs of a tile through the fused epilogue (bias, residual,
+relu). NOTE: a cropped last tile (output not a multiple of m) is guarded, loop partitioning then gives
+the tile loops a variable extent and nothing unrolls: correct but slow, hence the "auto" rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kiln.te.schedule import Schedule, Stage, create_schedule
+from kiln.te.tensor import ComputeOp, Tensor
+from kiln.topi.schedule_anchor import data_size, inline_injective, is_pad, parallel_outer
+from kiln.topi.schedule_transform import row_nest
+from kiln.topi.winograd import KERNEL
+
+
+def _winograd_stage(s: Schedule, name: str) -> Stage | None:
+    found = [st for st in s.stages if isinstance(st.op, ComputeOp) and st.op.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def _attr(st: Stage, key: str) -> int:
+    return dict(st.op.attrs)[key]
+
+
+def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
+    if len(outputs) != 1:
+        return None
+    s = create_schedule(outputs)
+    out = s[outputs[0]]
+    if _winograd_stage(s, "winograd_input") is not out:
+        return None
+    rows = _winograd_stage(s, "winograd_rows")
+    keep = (lambda st: is_pad(st) or st is rows)
+    for st in inline_injective(s, outputs, keep=keep):
+        if st is not out and st is not rows:
+            st.compute_root()
+            row_nest(st)
+    if rows is not None:  # d B of every padded row at the root: each row sum computed once
+        rows.compute_root()
+        rn, rb, ry, ru, rj, rc = rows.op.axis
+        parallel_outer(rows, [rn, rb, ry], data_size(rows))
+        rows.unroll(rj)
+        rows.vectorize(rc)
+    n, q, t, u, c = out.op.axis
+    alpha = _attr(out, "tile") + KERNEL - 1
+    qo, cb = out.split(q, _attr(out, "blocks"))
+    i, j = out.split(qo, alpha)
+    out.reorder(n, cb, t, u, i, j, c)
+    parallel_outer(out, [n, cb, t], data_size(out))
+    out.unroll(i)
+    out.unroll(j)
+    out.vectorize(c)
+    return s
+
+
+def schedule_winograd_output(outputs: Sequence[Tensor]) -> Schedule | None:
+    if len(outputs) != 1:
+        return None
+    s = create_schedule(outputs)
+    wino, out = _winograd_stage(s, "winograd_output"), s[outputs[0]]
+    if wino is None or [iv.dom.extent for iv in out.op.axis] != [iv.dom.extent for iv in wino.op.axis]:
+        return None
+    cols = _winograd_stage(s, "winograd_cols")
+    if [st for st in inline_injective(s, outputs, keep=lambda st: st is cols) if st is not cols] != [out]:
+        return None
+    m = _attr(wino, "tile")
+    n, o, y, x, k = out.op.axis
+    to, yi = out.split(y, m)
+    uo, xi = out.split(x, m)
+    out.reorder(n, o, to, uo, yi, xi, k)
+    parallel_outer(out, [n, o, to], data_size(out))
+    out.unroll(yi)
+    out.unroll(xi)
+    out.vectorize(k)
+    if cols is not None:  # M A of every tile at the root: each column sum computed once, not once per row
+        # NOTE: attached at the tile loop, bound inference cannot see through oy // m: it would compute every tile
+        cols.compute_root()
+        cn, co, ct, cu, cr, cx, ck = cols.op.axis
+        parallel_outer(cols, [cn, co, ct], data_size(cols))
+        cols.unroll(cr)
+        cols.unroll(cx)
+        cols.vectorize(ck)
+    return s
+
