@@ -99,6 +99,9 @@ class AttentionAttrs:
     softmax_precision: str | None = None  # a dtype name (ONNX gives a TensorProto code)
     left_window_size: int = -1
     right_window_size: int = -1
+    # Kiln's own: how many leading outputs (Y, present_key, present_value, qk) the op produces. ONNX's
+    # op has all four; kiln/transform/attention_heads.py trims those nobody reads (no kernel writes them)
+    outputs: int = 4
 
 
 def _qkv_dims(attrs, q: TensorType, k: TensorType, v: TensorType):
@@ -136,6 +139,8 @@ def _attention_rel(attrs, types, values):
         raise TypeInferenceError(f"qk_matmul_output_mode must be 0..3, got {attrs.qk_matmul_output_mode}")
     if attrs.left_window_size < -1 or attrs.right_window_size < -1:
         raise TypeInferenceError("left_window_size and right_window_size must be -1 or nonnegative")
+    if not 1 <= attrs.outputs <= 4:
+        raise TypeInferenceError(f"outputs must be 1..4, got {attrs.outputs}")
     rank, b, hq, sq, d, hkv, skv, dv = _qkv_dims(attrs, q, k, v)
     mask, past_k, past_v, nonpad = (_opt(types, i) for i in range(3, 7))
     if mask is not None:
@@ -160,8 +165,9 @@ def _attention_rel(attrs, types, values):
                      "past_key/past_value length")
     total = _add(skv, past)
     y = (b, hq, sq, dv) if rank == 4 else (b, sq, _mul(hq, dv))
-    return TupleType((TensorType(y, q.dtype), TensorType((b, hkv, total, d), k.dtype),
-                      TensorType((b, hkv, total, dv), v.dtype), TensorType((b, hq, sq, total), q.dtype)))
+    outs = (TensorType(y, q.dtype), TensorType((b, hkv, total, d), k.dtype),
+            TensorType((b, hkv, total, dv), v.dtype), TensorType((b, hq, sq, total), q.dtype))
+    return TupleType(outs[:attrs.outputs])
 
 
 def _attention_bias(attrs, mask, offset, sq: int, skv: int, nonpad, dtype: type) -> np.ndarray:
@@ -219,7 +225,8 @@ def _attention_ref(attrs, q, k, v, mask=None, past_k=None, past_v=None, nonpad=N
         y = y.transpose(0, 2, 1, 3).reshape(b, sq, -1)
     qk = (raw, capped, logits, probs)[attrs.qk_matmul_output_mode]
     qk = np.broadcast_to(qk, np.broadcast_shapes(probs.shape, qk.shape))
-    return y.astype(out_dtypes[0]), k.astype(out_dtypes[1]), v.astype(out_dtypes[2]), qk.astype(out_dtypes[0])
+    return (y.astype(out_dtypes[0]), k.astype(out_dtypes[1]), v.astype(out_dtypes[2]),
+            qk.astype(out_dtypes[0]))[:attrs.outputs]
 
 
 attention = define_op(

@@ -6,8 +6,9 @@ fully masked rows give zeros, then probs @ V. A KV cache (past_key/past_value) i
 past ++ new along the key axis (the present outputs), with causal/window bounds shifted by the past
 length; nonpad_kv_seqlen masks keys at or past each batch's length and shifts the bounds by
 nonpad - Sq. The softmax runs in softmax_precision when that is float32 or float64; a narrower one
-raises ComputeError (runs on the host). 4-D heads take the blocked compute of kiln/topi/x86_attention.py
-unless the probabilities are the qk output.
+raises ComputeError (runs on the host). Static heads take the blocked compute of
+kiln/topi/x86_attention.py unless the probabilities are the qk output. Outputs past attrs.outputs are
+not computed.
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ def _attention(attrs, inputs, out_type, consts):
     group = hq.value // hkv.value
     b_, sq = (q.shape[0], q.shape[2] if q.ndim == 4 else q.shape[1])
     skv = present_k.shape[2]
-    lk = lambda b, h, j, e: tir.cast(ct, present_k(b, h, j, e))  # noqa: E731
-    lv = lambda b, h, j, e: tir.cast(ct, present_v(b, h, j, e))  # noqa: E731
+    if past_k is None:  # the keys and values are the inputs: read them there, not through the present copies
+        lk, lv = _heads(k, attrs.kv_num_heads, ct)[0], _heads(v, attrs.kv_num_heads, ct)[0]
+    else:
+        lk = lambda b, h, j, e: tir.cast(ct, present_k(b, h, j, e))  # noqa: E731
+        lv = lambda b, h, j, e: tir.cast(ct, present_v(b, h, j, e))  # noqa: E731
     short = _mask_short(mask, skv)
     if past_k is not None:
         offset = past_k.shape[2]
@@ -120,8 +124,9 @@ def _attention(attrs, inputs, out_type, consts):
         mode = attrs.qk_matmul_output_mode
         qk_mode = None if mode == 0 or (mode == 1 and attrs.softcap <= 0) else \
             (lambda t: lambda *i: capped(t(*i))) if mode == 1 else (lambda t: lambda *i: masked(t(*i), *i))
-        y, qk = blocked_attention(q, lq, lk, lv, shape4, d, dv, group, scale, masked, st, qk_mode)
-        return y, present_k, present_v, qk
+        y, qk = blocked_attention(q, lq, lk, lv, shape4, d, dv, group, scale, masked, st, qk_mode,
+                                  want_qk=attrs.outputs > 3)
+        return (y, present_k, present_v, qk)[:attrs.outputs]
 
     def raw(b, h, i, j):
         r = te.reduce_axis(d, "d")
@@ -165,7 +170,7 @@ def _attention(attrs, inputs, out_type, consts):
                        lambda b, i, c: tir.cast(q.dtype, ctx(b, c // dv, i, c % dv)), name="attn_y")
     mode = (raw_t, lambda *i: capped(raw_t(*i)), logit_t, probs)[attrs.qk_matmul_output_mode]
     qk = te.compute(shape4, lambda *i: tir.cast(q.dtype, mode(*i)), name="qk_out")
-    return y, present_k, present_v, qk
+    return (y, present_k, present_v, qk)[:attrs.outputs]
 
 
 def _mask_short(mask: te.Tensor | None, keys: PrimExpr) -> PrimExpr | None:

@@ -73,9 +73,11 @@ def schedule_dense(outputs: Sequence[Tensor]) -> Schedule | None:
 # ---------------------------------------------------------------------------------------------
 # register tiles: B packed in column panels (linalg.dense_packed), or read along its rows
 
-MR = 6  # rows of the register tile: MR x nr accumulators (12 vector registers when nr is two vectors)
+MR = 6  # rows of the register tile: MR x nr accumulators (12 of AVX2's 16 vector registers)
+MR_WIDE = 8  # with AVX-512's 32 vector registers: 16 accumulators, and 128-row products tile exactly
 PARALLEL_MIN_MACS = 1 << 18  # below this many multiply-adds one thread finishes before a team starts
-FEW_ROW_TILES = 4  # fewer row tiles than this: columns outermost, so that the parallel loop has work to share
+FEW_ROW_TILES = 4  # fewer row tiles than this: the batch loops are not worth a parallel loop of their own
+PANEL_MAJOR_ROWS = 256  # up to this many rows (a transformer at batch 1): panels outermost ("nm"), see below
 PARALLEL_MIN_BLOCKS = 8  # fewer column blocks than this: the row tiles inside each block run in parallel
 L2_BLOCK = 512 * 1024  # bytes of B kept in cache while the row tiles pass over them (half a typical L2)
 
@@ -94,6 +96,20 @@ def _column_blocks(out: Stage, red: Stage, jo: IterVar, io: IterVar, width: int)
         return [io, jo]
     jc, jp = out.split(jo, nc)
     return [jc, io, jp]
+
+
+def default_mr() -> int:
+    return MR_WIDE if host_vector_bytes() >= 64 else MR
+
+
+def _panel_major(i: IterVar) -> bool:
+    """Panels outermost when the rows are few: the parallel loop then splits the panels evenly in one
+    team, each thread reads only its own panels of B once, and A (a few hundred rows) stays in cache
+    while every panel passes over it. Row tiles outermost (in L2-sized column blocks) suit many rows,
+    where A is too big to pass over once per panel; with few row tiles there, each column block is a
+    team of its own over a handful of row tiles (a barrier per block, a ragged split)."""
+    m = static(i.dom.extent)
+    return m is not None and m <= PANEL_MAJOR_ROWS
 
 
 def panel_width(dtype: str) -> int:
@@ -121,7 +137,8 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
 
     The tile loops stay separate (not fused) so that loop_partition can peel the ragged last row
     block and column panel off a main part whose register tile has constant extents. The batch
-    loops (fused), else the row tiles, run in parallel when the product is big enough to share."""
+    loops (fused), else the outermost tile loop (panels, or column blocks / row tiles), run in parallel
+    when the product is big enough to share."""
     for st in a.others:
         materialize(st)
     out, red = a.out, a.red
@@ -131,9 +148,8 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
     tiles, rows = [jo], []
     if outer:
         i, ri = outer.pop(), router.pop()
-        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), MR))
-        few_rows = static(io.dom.extent) is not None and static(io.dom.extent) < FEW_ROW_TILES
-        order = knob("dense.order", ("mn", "nm"), "nm" if few_rows else "mn")
+        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), default_mr()))
+        order = knob("dense.order", ("mn", "nm"), "nm" if _panel_major(i) else "mn")
         tiles = _column_blocks(out, red, jo, io, nr * panels) if order == "mn" else [jo, io]
         out.reorder(*outer, *tiles, ii, ji)
         rows = [ri]

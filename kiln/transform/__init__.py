@@ -4,6 +4,7 @@ Importing this package registers every pass in PASSES under its command-line nam
 """
 
 from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
+                                  attention_heads,
                                   basic,
                                   combine_parallel,
                                   conv1d,

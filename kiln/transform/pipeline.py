@@ -21,6 +21,7 @@ STANDARD = [
     "combine-parallel-dense",
     "conv-transpose-to-conv",
     "conv1d-as-conv2d",
+    "attention-heads",
     "alter-op-layout",
     "to-mixed-precision",
     "fast-math",

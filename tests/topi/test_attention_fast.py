@@ -101,10 +101,49 @@ def test_every_dtype(dtype):
     assert _blocked(_check(_qkv(1, 2, 2, 6, 20, 8, 8, dtype), is_causal=1))
 
 
-def test_probabilities_output_and_packed_heads_take_the_general_path():
+def test_probabilities_output_takes_the_general_path():
     assert not _blocked(_check(_qkv(1, 2, 2, 6, 9, 4, 4), qk_matmul_output_mode=3))
-    packed = [_r(2, 11, 12), _r(2, 5, 12), _r(2, 5, 12)]
-    assert not _blocked(_check(packed, q_num_heads=3, kv_num_heads=3))
+
+
+def _packed(b, hq, hkv, sq, skv, d, dv):
+    return [_r(b, sq, hq * d), _r(b, skv, hkv * d), _r(b, skv, hkv * dv)]
+
+
+@pytest.mark.parametrize("shape", [
+    (2, 3, 3, 11, 5, 4, 4),  # primes, a partial query block
+    (1, 1, 1, 13, 13, 8, 8),  # one head
+    (1, 4, 2, 9, 33, 8, 6),  # grouped query heads, dv != d
+    (1, 12, 12, 128, 128, 32, 32),  # the BERT encoder's heads
+])
+@pytest.mark.parametrize("outputs", [1, 4])
+def test_packed_heads_take_the_blocked_path(shape, outputs):
+    b, hq, hkv, *_ = shape
+    assert _blocked(_check(_packed(*shape), q_num_heads=hq, kv_num_heads=hkv, outputs=outputs))
+
+
+@pytest.mark.parametrize("attrs", [dict(is_causal=1), dict(softcap=2.0, left_window_size=2),
+                                   dict(qk_matmul_output_mode=2, is_causal=1)])
+@pytest.mark.parametrize("outputs", [1, 2, 3, 4])
+def test_trimmed_outputs(attrs, outputs):
+    """Only the leading `outputs` outputs exist; with Y alone the scores stay inside each task."""
+    arrays = _qkv(1, 3, 3, 17, 23, 8, 8)
+    mod = _check(arrays, outputs=outputs, **attrs)
+    assert _blocked(mod)
+    assert len(mod.main.body.type.fields) == outputs
+
+
+def test_trimmed_outputs_with_masks_and_packed_heads():
+    arrays = _packed(2, 4, 2, 7, 19, 8, 8) + [rng.random((2, 1, 7, 19)) < 0.8]
+    assert _blocked(_check(arrays, q_num_heads=4, kv_num_heads=2, outputs=1, is_causal=1))
+    arrays = _qkv(2, 3, 3, 7, 19, 8, 8) + [_r(7, 19)]
+    _check(arrays, outputs=1)
+
+
+@pytest.mark.parametrize("config", [{"attention.rows": 8}, {"attention.rows": 2}, {"attention.unroll_head": 0}])
+def test_tile_knobs_with_y_alone(config):
+    arrays = _qkv(1, 2, 2, 19, 40, 8, 8)
+    with applying(config):
+        _check(arrays, is_causal=1, outputs=1)
 
 
 @pytest.mark.parametrize("config", [{"attention.query_block": 4}, {"attention.query_block": 64},
@@ -113,3 +152,11 @@ def test_knobs(config):
     arrays = _qkv(1, 2, 2, 19, 40, 8, 8)
     with applying(config):
         _check(arrays, is_causal=1)
+
+
+@pytest.mark.parametrize("outputs", [1, 4])
+def test_wide_logit_range(outputs):
+    """Large scores: softmax terms from e^0 down past e^-87 (flushed to 0) in every row."""
+    arrays = _qkv(1, 2, 2, 9, 37, 16, 16)
+    arrays[0] *= 6.0
+    _check(arrays, scale=1.0, outputs=outputs)

@@ -116,7 +116,7 @@ def test_knobs_change_the_tiling_not_the_result(config):
 
 
 def test_schedule_asks_for_its_knobs():
-    a = Var("a", TensorType((64, 32), F32))
+    a = Var("a", TensorType((512, 32), F32))
     mod = IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(32, 48)))})
     space = KnobSpace()
     with applying({}, space):
@@ -125,8 +125,8 @@ def test_schedule_asks_for_its_knobs():
 
 
 def test_large_products_block_the_columns_of_b():
-    """K x N too big for L2: the column blocks of B go outermost, the row tiles (parallel) inside."""
-    a = Var("a", TensorType((60, 1024), F32))
+    """K x N too big for L2 and many rows: the column blocks of B go outermost, the row tiles (parallel) inside."""
+    a = Var("a", TensorType((600, 1024), F32))
     src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1024, 512)))}))
     assert src.index("for (int64_t i1_outer_outer") < src.index("#pragma omp parallel for")
 
@@ -209,7 +209,22 @@ def test_other_panel_widths_avx2_sized(nr):
 
 
 def test_many_column_blocks_share_one_parallel_team():
-    a = Var("a", TensorType((64, 1024), F32))
+    a = Var("a", TensorType((512, 1024), F32))
     src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1024, 1024)))}))
     assert src.index("#pragma omp parallel for") < src.index("for (int64_t i1_outer_outer")
     assert src.count("#pragma omp parallel for") == 1
+
+
+def test_few_rows_put_the_panels_outermost_in_one_team():
+    """A transformer's 128 tokens: one parallel loop over the panels of B, the row tiles inside it."""
+    a = Var("a", TensorType((1, 128, 384), F32))
+    src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(384, 1152)))}))
+    assert src.count("#pragma omp parallel for") == 1
+    assert src.index("#pragma omp parallel for") < src.index("for (int64_t i1_outer")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 128, 131, 257])
+def test_row_tiles_of_every_default_size_match_the_interpreter(rows):
+    """The default row tile (6, or 8 with AVX-512) over exact and ragged row counts, panel- and row-major."""
+    a = Var("a", TensorType((rows, 96), F32))
+    _check([a], get_op("linalg.mat_mul")(a, _w(96, 80)), {"a": rng.standard_normal((rows, 96)).astype(np.float32)})

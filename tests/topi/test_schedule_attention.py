@@ -45,7 +45,10 @@ def _check(mod: IRModule, config=None) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-# packed 3-D heads (B, S, heads * D): the general attention compute, whatever other x86 path exists
+# packed 3-D heads (B, S, heads * D) whose qk output is the probabilities: the general attention compute
+GENERAL = dict(qk_matmul_output_mode=3)
+
+
 @pytest.mark.parametrize("qs, ks, attrs", [
     ((1, 7, 10), (1, 13, 10), dict(q_num_heads=2, kv_num_heads=2)),
     ((2, 1, 24), (2, 1, 24), dict(q_num_heads=3, kv_num_heads=3)),
@@ -55,7 +58,7 @@ def _check(mod: IRModule, config=None) -> None:
 def test_attention_matches_interpreter(monkeypatch, qs, ks, attrs):
     names = []
     monkeypatch.setattr(dispatch, "schedule_attention", recording(dispatch.schedule_attention, names))
-    _check(_attention(qs, ks, ks, **attrs))
+    _check(_attention(qs, ks, ks, **attrs, **GENERAL))
     assert names == ["schedule_attention"]
 
 
@@ -65,11 +68,12 @@ def test_4d_heads_with_probabilities_as_qk_output():
 
 @pytest.mark.parametrize("run", [8, 32, 64])
 def test_score_run_knob(run):
-    _check(_attention((1, 6, 8), (1, 70, 8), (1, 70, 8), q_num_heads=2, kv_num_heads=2), {"attention.score_run": run})
+    _check(_attention((1, 6, 8), (1, 70, 8), (1, 70, 8), q_num_heads=2, kv_num_heads=2, **GENERAL),
+           {"attention.score_run": run})
 
 
 def test_probabilities_are_computed_once():
-    mod = _attention((1, 8, 8), (1, 8, 8), (1, 8, 8), q_num_heads=2, kv_num_heads=2)
+    mod = _attention((1, 8, 8), (1, 8, 8), (1, 8, 8), q_num_heads=2, kv_num_heads=2, **GENERAL)
     kernels, _, _ = lower_groups(fuse(mod))
     from kiln.codegen.c_source import generate
 
