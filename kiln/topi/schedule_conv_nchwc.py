@@ -1,13 +1,14 @@
 """x86 schedule of a blocked (NCHW[x]c) convolution group: a register-blocked micro-kernel.
 
 Each tile is `oc_tile` output channel blocks x `ow_tile` output columns, one 8-float vector of
-channels per (block, column): ~16 accumulators that gcc keeps in registers because the tile loops
+channels per (block, column): 16 to 28 accumulators that gcc keeps in registers because the tile loops
 are unrolled (a loop over them by a variable index would put them in memory) and the channel loop
 is the vector. The reduction (input channel blocks, kernel rows and columns, channels inside a
 block) runs outside the tile, so every step is one broadcast input value times a weight vector
 (FMA). The padded input is materialized once (no bounds test per tap); the fused epilogue (bias,
 folded batch norm, residual, relu/clip) runs once per element at the store. Parallel over (rows,
-output channel blocks); the batch stays serial outside when it is symbolic.
+output channel blocks), or (channel blocks, rows) for a conv that writes more than it reads; the
+batch stays serial outside when it is symbolic. Depthwise convs unroll every tap of a small window.
 """
 
 from __future__ import annotations
@@ -18,28 +19,57 @@ from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
 from kiln.topi.schedule_transform import row_nest
-from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, materialize, parallel_outer,
-                                      static)
+from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, loads_of, materialize,
+                                      parallel_outer, static)
 
-ACCUMULATORS = 16  # vector accumulators per tile: half of AVX-512VL's 32 registers (measured best on Zen 4)
+# vector accumulators per tile, of AVX-512VL's 32 registers (Zen 4): ~16 (measured best on most
+# layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little
+# reuse: a row that is one tile (7x7: 4 x 7 beats 2 x 7 by ~8%), a channel count that only one block
+# divides (3 blocks: 3 x 7 beats 1 x 7 by ~20%), or an expansion (output bound: ~10%). The stem keeps 16.
+ACCUMULATORS = 16
+WIDE_ACCUMULATORS = 28
+STEM_ACCUMULATORS = 16
 OW_TILES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
-OC_TILES = (1, 2, 4, 8)
+OC_TILES = (1, 2, 3, 4, 5, 6, 8)
 COLUMN_PREFERENCE = (7, 6, 5, 8)
+DW_COLUMN_PREFERENCE = (8, 7, 6, 5)  # taps unrolled: 8 accumulators + 9 weight vectors (14 columns: ~15% slower)
+MAX_UNROLLED_TAPS = 25
 
 
-def default_tiles(ow: int | None, oc_blocks: int | None = None) -> tuple[int, int]:
+def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None) -> tuple[int, int]:
     """(oc_tile, ow_tile): a column tile of 5..8 that divides the row (else the row, or 7 guarded),
-    then as many channel blocks as divide the channels and keep ~16 accumulators. 7 before 8: with 8
-    columns of a 1x1 conv gcc turns the broadcasts into a strided vector load (half the speed)."""
+    then as many channel blocks as divide the channels and keep <= `accumulators` vectors (by default
+    ACCUMULATORS, or WIDE_ACCUMULATORS as above). 7 before 8: with 8 columns of a 1x1 conv gcc turns
+    the broadcasts into a strided vector load (half the speed)."""
     if ow is None:
         ow_tile = 7
     else:
         ow_tile = next((t for t in COLUMN_PREFERENCE if ow % t == 0), ow if ow <= 8 else 7)
-    oc_tile = 1
-    for t in OC_TILES:
-        if t * ow_tile <= ACCUMULATORS and (oc_blocks is None or oc_blocks % t == 0):
-            oc_tile = t
+
+    def channel_tile(limit: int) -> int:
+        fits = [t for t in OC_TILES if t * ow_tile <= limit and (oc_blocks is None or oc_blocks % t == 0)]
+        return max(fits, default=1)
+
+    if accumulators is not None:
+        return channel_tile(accumulators), ow_tile
+    oc_tile = channel_tile(WIDE_ACCUMULATORS if ow is not None and ow <= ow_tile else ACCUMULATORS)
+    if oc_tile == 1:
+        oc_tile = channel_tile(WIDE_ACCUMULATORS)
     return oc_tile, ow_tile
+
+
+def _expands(a: Anchor) -> bool:
+    """Whether the conv writes more than its data input (the first tensor its reduction reads) holds:
+    mobilenet's 1x1 expansions, a stem. Its output traffic then decides the loop order."""
+    data = next(iter(loads_of(a.sched, a.red)), None)
+    if data is None:
+        return False
+    out_size, in_size = data_size(a.out), 1
+    for d in data.producer.shape:
+        if static(d) is None:
+            return False
+        in_size *= static(d)
+    return out_size is not None and out_size > in_size
 
 
 def _root_rows(st: Stage) -> None:
@@ -64,14 +94,20 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     n, m, y, x, mc = out.op.axis
     rn, rm, ry, rx, rmc = red.op.axis
     c, ky, kx, ci = red.op.reduce_axis
-    oc_default, ow_default = default_tiles(static(x.dom.extent), static(m.dom.extent))
+    few_channels = (static(ci.dom.extent) or 8) < 8  # the stem
+    expands = _expands(a)
+    acc = STEM_ACCUMULATORS if few_channels else WIDE_ACCUMULATORS if expands else None
+    acc = knob("conv.accumulators", (None, 16, 21, 24, 28), acc)
+    oc_default, ow_default = default_tiles(static(x.dom.extent), static(m.dom.extent), acc)
     ow_tile = knob("conv.ow_tile", OW_TILES, ow_default)
     oc_tile = knob("conv.oc_tile", OC_TILES, oc_default)
     mo, mi = out.split(m, block(m.dom.extent, oc_tile))
     xo, xi = out.split(x, block(x.dom.extent, ow_tile))
-    # rows outside channel blocks: an input row stays in cache across every output block; measured
-    # better on every resnet/mobilenet layer (by up to 2x on 1x1 convs), even when the weights are big
-    rows_outer = knob("conv.rows_outer", (False, True), True)
+    # rows outside channel blocks (3x3 convs, projections): an input row stays in cache across every
+    # output block, and each thread reads only its rows. An expansion (16 -> 96 channels, the stem) is
+    # bound by its output: channel blocks outside write each block's rows as one stream, 10-30% faster
+    # on mobilenet's expansions (1 and 2 threads), no slower on the rest.
+    rows_outer = knob("conv.rows_outer", (False, True), not expands)
     outer = [n, y, mo] if rows_outer else [n, mo, y]
     out.reorder(*outer, xo, mi, xi, mc)
     parallel_outer(out, outer, data_size(red, reduce_too=True))
@@ -80,7 +116,7 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     out.vectorize(mc)
     red.compute_at(out, xo)
     red.reorder(rn, ry, c, ky, kx, ci, rm, rx, rmc)
-    if knob("conv.unroll_taps", (False, True), (static(ci.dom.extent) or 8) < 8):  # few input channels: the stem
+    if knob("conv.unroll_taps", (False, True), few_channels):
         red.unroll(kx)
         red.unroll(ci)
     red.unroll(rm)
@@ -103,15 +139,23 @@ def _depthwise(a: Anchor) -> Schedule:
     rn, rm, ry, rx, rmc = red.op.axis
     ky, kx = red.op.reduce_axis
     ow = static(x.dom.extent)
-    default = max((t for t in OW_TILES if t <= 14 and ow is not None and ow % t == 0), default=8)  # memory bound
+    default = 8 if ow is None else next((t for t in DW_COLUMN_PREFERENCE if ow % t == 0), min(ow, 8))
     xo, xi = out.split(x, block(x.dom.extent, knob("dw.ow_tile", OW_TILES, default)))
-    out.reorder(n, m, y, xo, xi, mc)
-    parallel_outer(out, [n, m, y], data_size(red, reduce_too=True))
+    # channel blocks outside rows: consecutive rows share two of their three input rows in cache
+    # (rows outside, as the 1x1 convs around it do: 1.3-1.4x slower on 2 threads)
+    outer = [n, y, m] if knob("dw.rows_outer", (False, True), False) else [n, m, y]
+    out.reorder(*outer, xo, xi, mc)
+    parallel_outer(out, outer, data_size(red, reduce_too=True))
     out.unroll(xi)
     out.vectorize(mc)
     red.compute_at(out, xo)
     red.reorder(rn, rm, ry, ky, kx, rx, rmc)
-    if knob("dw.unroll_kx", (False, True), False):  # neighbouring columns could share input vectors across taps
+    # every tap unrolled: ~2x over a tap loop (the column tile's bounds tests fold per tap, and
+    # neighbouring columns share input vectors); a large window keeps its row loop
+    taps = (static(ky.dom.extent) or 0) * (static(kx.dom.extent) or 0)
+    if knob("dw.unroll_ky", (False, True), 0 < taps <= MAX_UNROLLED_TAPS):
+        red.unroll(ky)
+    if knob("dw.unroll_kx", (False, True), static(kx.dom.extent) is not None):
         red.unroll(kx)
     red.unroll(rx)
     red.vectorize(rmc)

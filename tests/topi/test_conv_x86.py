@@ -17,7 +17,7 @@ from kiln.ir.visitor import post_order
 from kiln.op import get_op
 from kiln.runtime.executor import build
 from kiln.topi.knobs import KnobSpace, applying
-from kiln.topi.schedule_conv_nchwc import default_tiles
+from kiln.topi.schedule_conv_nchwc import STEM_ACCUMULATORS, default_tiles
 from kiln.transform import PassContext
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -174,12 +174,21 @@ def test_depthwise_knobs():
 
 
 @pytest.mark.parametrize("ow, blocks, want", [
-    (56, 8, (2, 7)), (28, 16, (2, 7)), (14, 32, (2, 7)), (7, 64, (2, 7)), (1, 64, (8, 1)), (4, 6, (2, 4)),
-    (112, 4, (2, 7)), (13, 3, (1, 7)), (None, None, (2, 7)), (16, 2, (2, 8)), (30, 5, (1, 6)),
+    (56, 8, (2, 7)), (28, 16, (2, 7)), (14, 32, (2, 7)), (1, 64, (8, 1)), (112, 4, (2, 7)), (None, None, (2, 7)),
+    (16, 2, (2, 8)), (30, 5, (1, 6)), (56, 18, (2, 7)),
+    (7, 64, (4, 7)), (7, 120, (4, 7)), (4, 6, (6, 4)), (7, 5, (1, 7)),  # a row in one tile: up to 28
+    (56, 3, (3, 7)), (13, 3, (3, 7)),  # only one block would fit 16: up to 28
 ])
 def test_default_tiles(ow, blocks, want):
-    """~16 accumulators: a column tile of 5..8 dividing the row (7 first), channel blocks dividing the channels."""
+    """~16 accumulators (28 where 16 leaves little reuse): a column tile of 5..8 dividing the row (7
+    first), channel blocks dividing the channels."""
     assert default_tiles(ow, blocks) == want
+
+
+@pytest.mark.parametrize("ow, blocks, want", [(112, 4, (2, 7)), (112, 8, (2, 7)), (56, 3, (1, 7)), (4, 6, (3, 4))])
+def test_default_tiles_of_the_stem(ow, blocks, want):
+    """The stem (few input channels, taps unrolled) keeps 16 accumulators."""
+    assert default_tiles(ow, blocks, STEM_ACCUMULATORS) == want
 
 
 @pytest.mark.parametrize("indices", [False, True])

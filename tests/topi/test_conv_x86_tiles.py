@@ -1,0 +1,92 @@
+"""The register tiles of the blocked conv schedule against the interpreter: depthwise convs with every tap
+unrolled (guarded last column tiles, stride 2, 5x5 and 7x7 windows), 1x1 convs whose channel tile is 3 or 4
+blocks (up to 28 accumulators), the stem's 16, and each tile knob's other choice."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir import Constant, Function, IRModule, TensorType, Var
+from kiln.op import get_op
+from kiln.runtime.executor import build
+from kiln.topi.knobs import applying
+from kiln.transform import PassContext
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+F32 = "float32"
+rng = np.random.default_rng(1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(fresh_cache):
+    """Every group is lowered here (see tests/topi/conftest.py)."""
+
+
+def _w(*shape) -> Constant:
+    return Constant(rng.standard_normal(shape).astype(np.float32))
+
+
+def _relu6(y):
+    return get_op("math.clip")(y, Constant(np.float32(0)), Constant(np.float32(6)))
+
+
+def _conv(x, ws, **attrs):
+    """conv + bias, times a per-channel scale (folded batch norm)."""
+    y = get_op("nn.conv")(x, _w(*ws), _w(ws[0]), **attrs)
+    return get_op("math.mul")(y, _w(ws[0], 1, 1))
+
+
+def _check(xs, make, config=None):
+    """Compile at the default opt_level (under knob `config`); outputs equal the interpreter's."""
+    x = Var("x", TensorType(xs, F32))
+    mod = IRModule({"main": Function((x,), make(x))})
+    feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+    with applying(config or {}):
+        cm = build(mod, 2, PassContext(2))
+    for g, r in zip(cm.run(feeds), kiln.evaluate(mod, feeds)):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    assert not cm.host_groups and not cm.ran_on_host
+
+
+DEPTHWISE = [  # (x shape, kernel, attrs): widths that the 8-column tile does not divide
+    ((1, 16, 13, 13), 3, dict(pads=(1, 1, 1, 1))),
+    ((1, 8, 11, 29), 3, dict(strides=(2, 2), pads=(0, 0, 1, 1))),  # mobilenet's stride-2 padding
+    ((1, 8, 17, 16), 3, dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+    ((1, 8, 9, 19), 5, dict(pads=(2, 2, 2, 2))),  # 25 taps: all unrolled
+    ((1, 8, 10, 11), 7, dict(pads=(3, 2, 3, 1))),  # 49 taps: the row loop stays
+    ((1, 8, 1, 3), 3, dict(pads=(1, 1, 1, 1))),
+]
+
+
+@pytest.mark.parametrize("xs, k, attrs", DEPTHWISE)
+@pytest.mark.parametrize("config", [{}, {"dw.unroll_ky": False, "dw.unroll_kx": False},
+                                    {"dw.ow_tile": 14}])
+def test_depthwise_tiles(xs, k, attrs, config):
+    c = xs[1]
+    _check(xs, lambda x: _relu6(_conv(x, (c, 1, k, k), group=c, **attrs)), config)
+
+
+POINTWISE = [  # (x shape, output channels): output blocks 3 (tile 3 x 7), 4 (4 x 7), 5 (1 x 7)
+    ((1, 16, 7, 7), 24),
+    ((1, 16, 11, 13), 32),  # primes: guarded column tiles
+    ((1, 24, 5, 3), 40),
+    ((1, 8, 14, 14), 48),
+]
+
+
+@pytest.mark.parametrize("xs, oc", POINTWISE)
+@pytest.mark.parametrize("config", [{}, {"conv.accumulators": 28}, {"conv.oc_tile": 3, "conv.ow_tile": 5}, {"conv.rows_outer": True}])
+def test_pointwise_tiles(xs, oc, config):
+    """1x1 conv with a residual add (the projection of an inverted residual block) and one with relu6."""
+    _check(xs, lambda x: get_op("math.add")(_conv(_relu6(_conv(x, (oc, xs[1], 1, 1))), (xs[1], oc, 1, 1)), x),
+           config)
+
+
+@pytest.mark.parametrize("config", [{}, {"conv.accumulators": 28}])
+def test_stem_tiles(config):
+    """3 input channels, stride 2, 32 outputs (4 blocks): the stem keeps 2 x 7 unless told otherwise."""
+    _check((1, 3, 23, 19), lambda x: _relu6(_conv(x, (32, 3, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1))), config)
