@@ -167,9 +167,11 @@ static inline double kiln_floormod_f64(double a, double b) {
 #define KILN_MINMAX_INT(T, S)                                                          \
   static inline T kiln_min_##S(T a, T b) { return a < b ? a : b; }                     \
   static inline T kiln_max_##S(T a, T b) { return a > b ? a : b; }
+/* NaN in either argument gives NaN. The test of b comes first: with a constant bound (clip, relu6)
+ * it folds, and the rest is one vminps/vmaxps; testing a first cost ~25 instructions per vector. */
 #define KILN_MINMAX_FLOAT(T, S)                                                        \
-  static inline T kiln_min_##S(T a, T b) { return (a < b || a != a) ? a : b; }         \
-  static inline T kiln_max_##S(T a, T b) { return (a > b || a != a) ? a : b; }
+  static inline T kiln_min_##S(T a, T b) { return (b != b) ? b : ((b < a) ? b : a); }  \
+  static inline T kiln_max_##S(T a, T b) { return (b != b) ? b : ((b > a) ? b : a); }
 KILN_MINMAX_INT(int8_t, i8) KILN_MINMAX_INT(int16_t, i16) KILN_MINMAX_INT(int32_t, i32)
 KILN_MINMAX_INT(int64_t, i64) KILN_MINMAX_INT(uint8_t, u8) KILN_MINMAX_INT(uint16_t, u16)
 KILN_MINMAX_INT(uint32_t, u32) KILN_MINMAX_INT(uint64_t, u64)
