@@ -147,7 +147,10 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
     jo, ji = out.split(j, nr * panels)
     tiles, rows = [jo], []
     if outer:
-        i, ri = outer.pop(), router.pop()
+        # rows: the last leading axis that is not a unit axis ([S, 1, K] inputs, as exporters write
+        # sequence-first attention, tile S; tiling the 1 would stream B once per row)
+        r = next((k for k in reversed(range(len(outer))) if static(outer[k].dom.extent) != 1), len(outer) - 1)
+        i, ri = outer.pop(r), router.pop(r)
         io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), default_mr()))
         order = knob("dense.order", ("mn", "nm"), "nm" if _panel_major(i) else "mn")
         tiles = _column_blocks(out, red, jo, io, nr * panels) if order == "mn" else [jo, io]

@@ -228,3 +228,16 @@ def test_row_tiles_of_every_default_size_match_the_interpreter(rows):
     """The default row tile (6, or 8 with AVX-512) over exact and ragged row counts, panel- and row-major."""
     a = Var("a", TensorType((rows, 96), F32))
     _check([a], get_op("linalg.mat_mul")(a, _w(96, 80)), {"a": rng.standard_normal((rows, 96)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("ashape", [(197, 1, 64), (29, 1, 1, 24), (1, 23, 1, 16)])
+def test_rows_skip_unit_axes(claimed, ashape):
+    """Sequence-first activations [S, 1, K] tile their S rows: the 6-8 row register tile, not 1 row."""
+    a = Var("a", TensorType(ashape, F32))
+    mod = IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(ashape[-1], 40)))})
+    _check([a], mod.main.body, {"a": rng.standard_normal(ashape).astype(np.float32)})
+    from kiln.topi.schedule_dense import default_mr
+
+    r = max(k for k, n in enumerate(ashape[:-1]) if n != 1)
+    assert f"i{r}_outer < {ashape[r] // default_mr()}LL" in _kernel_source(mod)  # row tiles over the S axis
+    assert claimed[-1] == "schedule_dense_packed"
