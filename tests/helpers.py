@@ -47,3 +47,11 @@ def one_op_module(name: str, arrays: Sequence[np.ndarray | None], attrs: Any = N
             args.append(params[-1])
     call = get_op(name)(*args, attrs=attrs) if attrs is not None else get_op(name)(*args, **kw_attrs)
     return IRModule({"main": Function(tuple(params), call)})
+
+
+def op_names(mod: Any) -> list[str]:
+    """The operator names of every call in `mod`'s functions, fused groups included, in post order."""
+    from kiln.ir.expr import Call
+    from kiln.ir.visitor import post_order
+
+    return [getattr(e.op, "name", "") for f in mod.functions.values() for e in post_order(f) if isinstance(e, Call)]

@@ -71,11 +71,14 @@ def test_fix_dims_and_flop_count():
 
 @pytest.mark.parametrize("make", [lambda: fix_dims(small_cnn(), {"N": 1}), lambda: mlp(batch=3)])
 def test_flop_count_survives_layout_and_packing(make):
-    """The optimized graph's blocked convs and packed dense count the same work as the model's ops."""
+    """The optimized graph's blocked convs and packed dense count the same work as the model's ops
+    (without Winograd, whose batched product does fewer multiplies: counted as they run)."""
     from kiln.runtime.executor import fuse
+    from kiln.transform import PassContext
 
     mod = kiln.from_onnx(make())
-    fused = fuse(mod, 3)
+    fused = fuse(mod, 3, PassContext(3, config={"alter_op_layout.winograd": False}))
+    assert flop_count(fuse(mod, 3)) <= flop_count(mod)
     ops = {e.op.name for f in fused.functions.values() for e in post_order(f) if isinstance(e, Call)
            and isinstance(e.op, Op)} | {e.op.name for fn in primitive_functions(fused)
                                         for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)}

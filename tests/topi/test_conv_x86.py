@@ -19,23 +19,17 @@ from kiln.runtime.executor import build
 from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import STEM_ACCUMULATORS, default_tiles
 from kiln.transform import PassContext
+from tests.helpers import op_names
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
+pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
+              pytest.mark.usefixtures("fresh_cache")]
 F32 = "float32"
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(fresh_cache):
-    """Every group is lowered here (see tests/topi/conftest.py)."""
-
-
 def _w(*shape) -> Constant:
     return Constant(rng.standard_normal(shape).astype(np.float32))
-
-
-def _ops(mod: IRModule) -> set[str]:
-    return {getattr(e.op, "name", "") for f in mod.functions.values() for e in post_order(f) if isinstance(e, Call)}
 
 
 def _check(params: list[Var], body, feeds: dict[str, np.ndarray], config: dict | None = None):
@@ -73,7 +67,7 @@ CONVS = [  # (x shape, w shape, attrs)
 def test_blocked_conv_matches_interpreter(claimed, xs, ws, attrs):
     x = Var("x", TensorType(xs, F32))
     cm = _check([x], _conv(x, ws, **attrs), {"x": rng.standard_normal(xs).astype(np.float32)})
-    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "nn.conv2d_nchwc" in op_names(cm.mod)
     assert "schedule_conv_nchwc" in claimed
 
 
@@ -93,7 +87,7 @@ def test_blocked_depthwise_matches_interpreter(claimed, xs, attrs):
     y = get_op("math.clip")(_conv(x, (c, 1, 3, 3), group=c, **attrs), Constant(np.float32(0)),
                             Constant(np.float32(6)))
     cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)})
-    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "nn.conv2d_nchwc" in op_names(cm.mod)
     assert "schedule_conv_nchwc" in claimed
 
 
@@ -101,7 +95,7 @@ def test_grouped_conv_stays_nchw():
     x = Var("x", TensorType((1, 8, 10, 10), F32))
     cm = _check([x], _conv(x, (12, 4, 3, 3), group=2, pads=(1, 1, 1, 1)),
                 {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)})
-    assert "nn.conv2d_nchwc" not in _ops(cm.mod)
+    assert "nn.conv2d_nchwc" not in op_names(cm.mod)
 
 
 def test_residual_block_with_symbolic_batch(claimed):
@@ -127,7 +121,7 @@ def test_blocked_pooling_after_conv(claimed, c):
     a = get_op("nn.average_pool")(_conv(p, (8, c, 1, 1)), kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1))
     y = get_op("nn.global_average_pool")(_conv(a, (16, 8, 1, 1)))
     cm = _check([x], y, {"x": rng.standard_normal((1, 3, 17, 23)).astype(np.float32)})
-    assert "nn.pool2d_layout" in _ops(cm.mod)
+    assert "nn.pool2d_layout" in op_names(cm.mod)
     assert claimed.count("schedule_pool") == 3
 
 
@@ -137,7 +131,7 @@ def test_padded_channels_layout_transform():
     y = get_op("nn.relu")(_conv(_conv(x, (13, 5, 3, 3), pads=(1, 1, 1, 1)), (7, 13, 1, 1)))
     cm = _check([x], y, {"x": rng.standard_normal((1, 5, 9, 9)).astype(np.float32)},
                 config={"alter_op_layout.pad_channels": True})
-    assert "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "nn.conv2d_nchwc" in op_names(cm.mod)
 
 
 def test_tile_knobs_are_asked_and_every_choice_is_correct():

@@ -16,14 +16,11 @@ from kiln.runtime.executor import build
 from kiln.topi.knobs import applying
 from kiln.transform import PassContext
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
+pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
+              pytest.mark.usefixtures("fresh_cache")]
 F32 = "float32"
 rng = np.random.default_rng(1)
-
-
-@pytest.fixture(autouse=True)
-def _fresh(fresh_cache):
-    """Every group is lowered here (see tests/topi/conftest.py)."""
 
 
 def _w(*shape) -> Constant:

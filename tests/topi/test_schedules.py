@@ -13,14 +13,11 @@ import kiln
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
+pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
+              pytest.mark.usefixtures("fresh_cache")]
 F32 = "float32"
 rng = np.random.default_rng(0)
-
-
-@pytest.fixture(autouse=True)
-def _fresh(fresh_cache):
-    """Every group is lowered here (see tests/topi/conftest.py)."""
 
 
 def _w(*shape) -> Constant:

@@ -19,23 +19,17 @@ from kiln.op.winograd import transform_weight, winograd_matrices
 from kiln.runtime.executor import build
 from kiln.transform import PassContext
 from kiln.transform.layout_rules import transform
+from tests.helpers import op_names
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
+pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
+              pytest.mark.usefixtures("fresh_cache")]
 F32 = "float32"
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(fresh_cache):
-    """Every group is lowered here (see tests/topi/conftest.py)."""
-
-
 def _w(*shape) -> Constant:
     return Constant(rng.standard_normal(shape).astype(np.float32))
-
-
-def _ops(mod: IRModule) -> list[str]:
-    return [getattr(e.op, "name", "") for f in mod.functions.values() for e in post_order(f) if isinstance(e, Call)]
 
 
 def _check(params, body, feeds, config, rtol=1e-4, atol=1e-4):
@@ -86,7 +80,7 @@ def test_winograd_conv_matches_interpreter(claimed, xs, oc, pads, m):
     y = get_op("nn.conv")(x, _w(oc, xs[1], 3, 3), _w(oc), pads=pads)
     cm = _check([x], get_op("nn.relu")(y), {"x": rng.standard_normal(xs).astype(np.float32)},
                 {"alter_op_layout.winograd": True, "alter_op_layout.winograd_tile": m})
-    ops = _ops(cm.mod)
+    ops = op_names(cm.mod)
     assert "nn.winograd_input" in ops and "nn.winograd_output" in ops and "nn.conv" not in ops
     assert {"schedule_winograd_input", "schedule_winograd_output"} <= set(claimed)
 
@@ -101,14 +95,14 @@ def test_epilogues_fuse_after_the_output_transform(claimed):
     z = get_op("nn.conv")(y, _w(16, 16, 3, 3), pads=(1, 1, 1, 1))
     z = get_op("nn.relu")(get_op("math.add")(z, x))
     cm = _check([x], z, {"x": rng.standard_normal(xs).astype(np.float32)}, {"alter_op_layout.winograd": True})
-    ops = _ops(cm.mod)
+    ops = op_names(cm.mod)
     assert ops.count("nn.winograd_output") == 2 and ops.count("tensor.layout_transform") == 2
     for f in cm.mod.functions.values():
         for e in post_order(f):
             if isinstance(e, Call) and isinstance(e.op, Function) and any(
                     getattr(c.op, "name", "") == "nn.winograd_output" for c in post_order(e.op.body)
                     if isinstance(c, Call)):
-                assert {"nn.relu"} <= set(_ops(IRModule({"main": e.op})))
+                assert {"nn.relu"} <= set(op_names(IRModule({"main": e.op})))
 
 
 def test_winograd_off_keeps_the_direct_conv():
@@ -116,7 +110,7 @@ def test_winograd_off_keeps_the_direct_conv():
     x = Var("x", TensorType(xs, F32))
     y = get_op("nn.conv")(x, _w(8, 8, 3, 3), pads=(1, 1, 1, 1))
     cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)}, {"alter_op_layout.winograd": False})
-    assert "nn.winograd_input" not in _ops(cm.mod) and "nn.conv2d_nchwc" in _ops(cm.mod)
+    assert "nn.winograd_input" not in op_names(cm.mod) and "nn.conv2d_nchwc" in op_names(cm.mod)
 
 
 GROUPED = [  # (x shape NCHW, w shape OIHW, group, block, attrs)
