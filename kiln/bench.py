@@ -30,17 +30,22 @@ class Engine:
         return out
 
 
-def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: float = math.inf) -> None:
-    """Time `runs` runs of each engine, taking turns: a turn is one untimed run, then `burst` timed ones.
+SETTLE_S = 0.02  # untimed runs at the start of a turn last at least this long
+
+
+def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: float = math.inf,
+              settle_s: float = SETTLE_S) -> None:
+    """Time `runs` runs of each engine, taking turns: a turn is untimed runs for at least `settle_s`
+    seconds (at least one), then `burst` timed ones.
 
     Why turns of several runs: every runtime keeps its worker threads spinning for a while after a
-    run (libgomp, ONNX Runtime's pool, PyTorch's). Alternating run by run on a 2-core machine makes
-    each run compete with the previous engine's spinning threads; a ~50 us model then loses whole
-    scheduler slices and measures 10-50x slower than it runs alone. The untimed run at the start of a
-    turn absorbs the switch, and the timed runs measure each engine in steady state, as when it
-    serves alone, while the turns still spread machine noise over all engines. Stops early (after
-    at least 5 turns) once `deadline_s` seconds have passed, so that one slow engine cannot hold
-    the whole benchmark.
+    run (libgomp spins for milliseconds, so do ONNX Runtime's and PyTorch's pools). Alternating run by
+    run on a 2-core machine makes each run compete with the previous engine's spinning threads; a
+    ~50 us model then loses whole scheduler slices and measures 10-50x slower than it runs alone.
+    The untimed start of a turn outlasts those spins, and the timed runs measure each engine in
+    steady state, as when it serves alone, while the turns still spread machine noise over all
+    engines. Stops early (after at least 5 turns) once `deadline_s` seconds have passed, so that one
+    slow engine cannot hold the whole benchmark.
     """
     if runs < 1 or burst < 1:
         raise ValueError(f"runs and burst must be >= 1, got {runs} and {burst}")
@@ -48,7 +53,10 @@ def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: floa
     turns = 0
     while min(len(e.times) for e in engines) < runs:
         for e in engines:
+            t0 = time.perf_counter()
             e.run()
+            while time.perf_counter() - t0 < settle_s:
+                e.run()
             for _ in range(min(burst, runs - len(e.times))):
                 e.timed()
         turns += 1

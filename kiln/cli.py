@@ -284,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: all cores)")
     b.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
     b.add_argument("--warmup", type=int, default=3, help="untimed runs per engine first (default 3)")
-    b.add_argument("--burst", type=int, default=5, help="timed runs per turn; each turn starts with one "
-                   "untimed run so that the previous engine's spinning threads do not count (default 5)")
+    b.add_argument("--burst", type=int, default=5, help="timed runs per turn; each turn starts with 20 ms "
+                   "of untimed runs so that the previous engine's spinning threads do not count (default 5)")
     b.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim (default 1)")
     b.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
                    help="Kiln's graph optimization level (default 2)")
