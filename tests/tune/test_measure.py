@@ -66,3 +66,23 @@ def test_what_a_kernel_prints_does_not_confuse_the_parent(tmp_path):
     lib = _lib(tmp_path)
     res = run_kernels([KernelSpec(lib, "chatty", ARGS), KernelSpec(lib, "twice", ARGS)], FAST)
     assert [r.ok for r in res] == [True, True]
+
+
+def test_the_child_runs_only_the_kernels_threads(monkeypatch):
+    """The kernel's OpenMP team gets the thread count asked for and numpy's BLAS none of its own."""
+    import subprocess
+
+    import kiln.tune.measure as measure
+
+    seen = {}
+
+    def fake_popen(cmd, **kw):
+        seen.update(kw["env"])
+        raise OSError("not started")
+
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
+    try:
+        measure._run_child([KernelSpec("lib.so", "f", ())], MeasureOptions(threads=2))
+    except OSError:
+        pass
+    assert seen["OMP_NUM_THREADS"] == "2" and seen["OPENBLAS_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "1"
