@@ -223,6 +223,13 @@ def test_few_rows_put_the_panels_outermost_in_one_team():
     assert src.index("#pragma omp parallel for") < src.index("for (int64_t i1_outer")
 
 
+def test_few_rows_with_a_long_k_keep_the_row_tiles_outermost():
+    """BERT's FFN-down (128 x 1536 A: 768 KB) would stream A from L3 once per panel: rows stay outside."""
+    a = Var("a", TensorType((1, 128, 1536), F32))
+    src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))}))
+    assert src.index("for (int64_t i1_outer") < src.index("for (int64_t i2_outer_inner")  # panels inside row tiles
+
+
 @pytest.mark.parametrize("rows", [1, 7, 128, 131, 257])
 def test_row_tiles_of_every_default_size_match_the_interpreter(rows):
     """The default row tile (6, or 8 with AVX-512) over exact and ragged row counts, panel- and row-major."""
