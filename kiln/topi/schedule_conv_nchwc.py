@@ -29,6 +29,7 @@ from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, 
 ACCUMULATORS = 16
 WIDE_ACCUMULATORS = 28
 STEM_ACCUMULATORS = 16
+STEM_UNROLLED_TAPS = 24  # a stem's kernel row x input channels unrolled at most (7x7 x 3 is 21)
 OW_TILES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 OC_TILES = (1, 2, 3, 4, 5, 6, 8)
 COLUMN_PREFERENCE = (7, 6, 5, 8)
@@ -116,8 +117,12 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     out.vectorize(mc)
     red.compute_at(out, xo)
     red.reorder(rn, ry, c, ky, kx, ci, rm, rx, rmc)
-    if knob("conv.unroll_taps", (False, True), few_channels):
+    # NOTE: a 16x16 patch embedding (ViT) unrolled as a 7x7 stem is 290 KB of C and 2 minutes of gcc
+    short_rows = (static(kx.dom.extent) or STEM_UNROLLED_TAPS) * (static(ci.dom.extent) or 8) <= STEM_UNROLLED_TAPS
+    if knob("conv.unroll_taps", (False, True), few_channels and short_rows):
         red.unroll(kx)
+        red.unroll(ci)
+    elif few_channels:
         red.unroll(ci)
     red.unroll(rm)
     red.unroll(rx)
