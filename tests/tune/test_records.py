@@ -21,7 +21,16 @@ def test_records_round_trip_and_best(tmp_path):
     assert {"version", "key", "target", "config", "seconds", "timestamp"} <= set(line)
     assert rec.best(back, "k1").config == {"a": 2, "order": (1, 0)}
     assert rec.best(back, "k1", target="other") is None
-    assert rec.best_configs(back) == {"k1": {"a": 2, "order": (1, 0)}, "k2": {"a": 4}}
+    assert rec.best_configs(back) == {"k1": {"a": 2, "order": (1, 0)}}  # k2 has only its default
+
+
+def test_a_config_must_beat_the_default_by_the_margin():
+    rs = [rec.Record("k", "t", {"a": 0}, 1.00e-3),  # the default: the tuner measures it first
+          rec.Record("k", "t", {"a": 1}, 0.97e-3),
+          rec.Record("j", "t", {"a": 0}, 1.00e-3),
+          rec.Record("j", "t", {"a": 2}, 0.90e-3)]
+    assert rec.best_configs(rs) == {"j": {"a": 2}}
+    assert rec.best_configs(rs, margin=0.0) == {"k": {"a": 1}, "j": {"a": 2}}
 
 
 def test_a_torn_or_foreign_line_is_skipped(tmp_path):
@@ -35,7 +44,8 @@ def test_a_torn_or_foreign_line_is_skipped(tmp_path):
 
 def test_tuned_configs_filters_by_target_and_rejects_a_missing_file(tmp_path):
     path = tmp_path / "log.jsonl"
-    rec.append(path, [rec.Record("k", "mine", {"a": 1}, 1.0), rec.Record("k", "theirs", {"a": 2}, 0.1)])
+    rec.append(path, [rec.Record("k", "mine", {"a": 0}, 2.0), rec.Record("k", "mine", {"a": 1}, 1.0),
+                      rec.Record("k", "theirs", {"a": 2}, 0.1)])
     assert rec.tuned_configs(path, "mine") == {"k": {"a": 1}}
     assert rec.tuned_configs({"k": {"a": 3}}, "mine") == {"k": {"a": 3}}
     with pytest.raises(InputError, match="no such file"):
