@@ -361,13 +361,14 @@ def relayout_resize(eng: Relayout, call: Call) -> InLayout | None:
     x_shape = call.args[0].type.shape  # type: ignore[union-attr]
     axes = list(a.axes) if a.axes is not None else [0, 1, 2, 3]
     axes = [ax % 4 for ax in axes]
-    values = dict(zip(axes, const.data.reshape(-1).tolist()))
-    if any(values.get(ax, 1.0 if k == 2 else x_shape[ax]) != (1.0 if k == 2 else x_shape[ax]) for ax in (0, 1)):
+    given_of = dict(zip(axes, const.data.reshape(-1).tolist()))
+    unchanged = [1.0 if k == 2 else d for d in x_shape]  # the scale or size that leaves an axis alone
+    values = [given_of.get(ax, unchanged[ax]) for ax in range(4)]
+    if values[:2] != unchanged[:2]:
         return None  # batch or channels resized
     cur = parse_layout(v.cur)
     hw = (cur.index("H"), cur.index("W"))
-    spatial = Constant(np.asarray([values.get(ax, 1.0 if k == 2 else x_shape[ax]) for ax in (2, 3)],
-                                  const.data.dtype))
+    spatial = Constant(np.asarray(values[2:], const.data.dtype))
     scales, sizes = (spatial, absent()) if k == 2 else (absent(), spatial)
     new = get_op("vision.resize")(v.expr, absent(), scales, sizes, attrs=replace(a, axes=hw))
     return checked(new, call, v)
