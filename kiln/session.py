@@ -51,6 +51,7 @@ class InferenceSession:
             self.model = build(path_or_model, opt_level=opt_level, executor=executor)
         self.threads = threads
         self._set_threads = _omp_set_num_threads(self.model.library) if threads else None
+        self._output_names = [o.name for o in self.model.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
         return [_node_arg(t) for t in self.model.inputs]
@@ -60,7 +61,7 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options: Any = None) -> list:
         """The outputs named (all, in model order, for None) computed from `feeds` (name -> array)."""
-        names = [o.name for o in self.model.outputs]
+        names = self._output_names
         if output_names is not None:
             unknown = [n for n in output_names if n not in names]
             if unknown:

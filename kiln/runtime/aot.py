@@ -174,6 +174,13 @@ class AotModule:
         self._profile_entry.restype = ctypes.c_int32
         self._lock = threading.Lock()
         self._report = report
+        # per input: the array a run passes as it is (dtype, shape, C order); anything else goes
+        # through check_input. The pointer arrays are filled under the lock on every run.
+        self._names = tuple(n for n, _ in self._params)
+        self._expected = tuple((to_numpy(t.dtype), tuple(t.shape)) if isinstance(t, TensorType) else (None, None)
+                               for _, t in self._params)
+        self._in_ptrs = (ctypes.c_void_p * max(len(self._params), 1))()
+        self._out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))()
 
     @property
     def weights(self) -> list[np.ndarray]:
@@ -197,29 +204,43 @@ class AotModule:
         return [(name, seconds[i] / runs) for i, name in enumerate(order)]
 
     def _call(self, feeds: dict[str, Any], seconds: Any) -> list[np.ndarray]:
-        names = [n for n, _ in self._params]
-        missing = [n for n in names if n not in feeds]
-        unknown = sorted(set(feeds) - set(names))
-        if missing or unknown:
-            parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
-                    ([f"missing: {', '.join(missing)}"] if missing else [])
-            raise InputError(f"inputs {'; '.join(parts)}; the model's inputs are {', '.join(names) or '(none)'}")
-        arrays = [np.ascontiguousarray(check_input(n, feeds[n], t, {})) for n, t in self._params]
+        # the checks a run repeats are kept to a few attribute reads: on a small model (an MLP is
+        # 0.06 ms) the Python around the ctypes call is a sixth of the latency
+        if len(feeds) != len(self._names) or not all(n in feeds for n in self._names):
+            self._refuse_names(feeds)
+        arrays = []
+        for (name, t), (dtype, shape) in zip(self._params, self._expected):
+            v = feeds[name]
+            if not (type(v) is np.ndarray and v.dtype == dtype and v.shape == shape and v.flags.c_contiguous):
+                v = np.ascontiguousarray(check_input(name, v, t, {}))
+            arrays.append(v)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         with self._lock:
+            ins, out_ptrs = self._in_ptrs, self._out_ptrs
+            for i, v in enumerate(arrays):
+                ins[i] = v.ctypes.data
+            for i, o in enumerate(outs):
+                out_ptrs[i] = o.ctypes.data
             if seconds is None:
                 rc = self._entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
             else:
                 rc = self._profile_entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs, seconds)
+            if rc != 0:
+                k = self._failed_call()
         if rc != 0:
-            k = self._failed_call()
             where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else ENTRY
             if 0 <= k < len(self.calls):
                 where += f" ({self.calls[k]})"
             raise KernelError(f"{where} failed: {kernel_error_text(rc)}")
         return outs
+
+    def _refuse_names(self, feeds: dict[str, Any]) -> None:
+        names = self._names
+        missing = [n for n in names if n not in feeds]
+        unknown = sorted(set(feeds) - set(names))
+        parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
+                ([f"missing: {', '.join(missing)}"] if missing else [])
+        raise InputError(f"inputs {'; '.join(parts)}; the model's inputs are {', '.join(names) or '(none)'}")
 
     def memory_report(self) -> MemoryReport:
         return self._report

@@ -138,9 +138,15 @@ def test_input_errors(cnn):
         aot.run({"image": np.zeros((1, 3, 32, 32), np.float32)})
     with pytest.raises(InputError, match=r"'image' has dtype float64"):
         aot.run({"image": x.astype(np.float64)})
-    # a non-contiguous view is accepted (copied)
-    big = np.zeros((2, 3, 32, 64), np.float32)
-    assert aot.run({"image": big[..., ::2]})[0].shape == (2, 10)
+    with pytest.raises(InputError, match=r"'image'.*expected dim 2 = 32"):
+        aot.run({"image": np.zeros((2, 3, 64, 16), np.float32)})  # the same size, another shape
+    with pytest.raises(InputError, match="'image' must be a tensor"):
+        aot.run({"image": x.tolist()})
+    # a non-contiguous view is accepted (copied), and so is another array of the right type after it
+    big = np.random.default_rng(3).standard_normal((2, 3, 32, 64)).astype(np.float32)
+    view = big[..., ::2]
+    np.testing.assert_array_equal(aot.run({"image": view})[0], aot.run({"image": view.copy()})[0])
+    assert not np.array_equal(aot.run({"image": view})[0], aot.run({"image": x})[0])
 
 
 def test_memory_limit_fails_before_compiling(tmp_path):
