@@ -13,6 +13,7 @@ STANDARD = [
     "dead-code-elimination",
     "simplify-inference",
     "fold-constant",
+    "simplify-inference",  # again: exporters build masks from shapes, constants only after folding
     "simplify-expr",
     "fold-scale-axis",
     "fold-constant",

@@ -252,7 +252,10 @@ def _attention(m: Match) -> Expr | None:
             return None
         if not all(d == 1 or (d == s and d != ANY) for d, s in zip(ms[::-1], scores[::-1])):
             return None
-        args.append(mask)
+        if isinstance(mask, Constant) and _additive_causal(mask.data, scores):
+            causal = 1
+        else:
+            args.append(mask)
     return TupleGetItem(get_op("nn.attention")(*args, scale=scale, is_causal=causal), 0)
 
 
@@ -273,6 +276,18 @@ def _where_mask(keep: np.ndarray, fill: float, scores: TensorType, dtype: str) -
         if all(np.array_equal(kept[i], tril) for i in np.ndindex(kept.shape[:-2])):
             return "causal"
     return np.where(keep, np.float32(0), np.float32(fill)).astype(dt.to_numpy(dtype))
+
+
+def _additive_causal(mask: np.ndarray, scores: tuple) -> bool:
+    """Whether adding `mask` to square scores is causal masking: 0 on and below the diagonal, at or
+    below MASKED_BELOW above it, the same for every leading index (PyTorch exports
+    scaled_dot_product_attention(is_causal=True) so, with -inf)."""
+    s = scores[-1]
+    if mask.ndim < 2 or scores[-2] != s or mask.shape[-2:] != (s, s):
+        return False
+    tril = np.tril(np.ones((s, s), bool))
+    rows = mask.reshape(-1, s, s)
+    return bool(np.all(rows[:, tril] == 0) and np.all(rows[:, ~tril] <= MASKED_BELOW))
 
 
 def _is_last_swap(e: Expr) -> bool:

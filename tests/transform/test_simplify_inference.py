@@ -332,3 +332,32 @@ def test_other_where_masks_become_additive_masks(keep):
                                         (np.ones((5, 1), bool), "-inf")])  # a mask nn.attention would pad
 def test_where_lookalikes_stay(keep, fill):
     unchanged(_where_attention(keep, fill))
+
+
+def _added_mask_attention(mask: np.ndarray, s: int = 5) -> str:
+    flat = ", ".join(repr(float(x)) if np.isfinite(x) else "-inf" for x in mask.reshape(-1))
+    return f"""
+def @main(%q: Tensor[(2, 2, {s}, 4), float32], %k: Tensor[(2, 2, {s}, 4), float32], %v: Tensor[(2, 2, {s}, 3), float32]) -> Tensor[(2, 2, {s}, 3), float32] {{
+  %0 = tensor.transpose(%k, perm=(0, 1, 3, 2));
+  %1 = linalg.mat_mul(%q, %0);
+  %2 = math.add(%1, [{flat}]:float32({", ".join(map(str, mask.shape))}));
+  %3 = reduce.softmax(%2, axis=-1);
+  linalg.mat_mul(%3, %v)
+}}"""
+
+
+_CAUSAL_ADDED = np.where(np.tril(np.ones((5, 5), bool)), 0, -np.inf).astype(np.float32)
+
+
+@pytest.mark.parametrize("mask, causal", [
+    (_CAUSAL_ADDED, True),
+    (np.stack([_CAUSAL_ADDED, _CAUSAL_ADDED])[:, None], True),  # (2, 1, 5, 5), causal in every batch
+    (np.stack([_CAUSAL_ADDED, _CAUSAL_ADDED.T])[:, None], False),  # the second batch keeps the upper triangle
+    (np.where(_CAUSAL_ADDED == 0, 0, -10.0).astype(np.float32), False),  # -10 leaves probability
+    (np.where(np.tril(np.ones((5, 5), bool), -1) | (np.arange(5) == 0), 0, -np.inf).astype(np.float32),
+     False),  # hides the diagonal past row 0
+])
+def test_added_causal_mask(mask, causal):
+    after = differential(_added_mask_attention(mask), {})
+    text = kiln.ir.text(after)
+    assert "nn.attention" in text and ("is_causal=1" in text) == causal
