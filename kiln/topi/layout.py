@@ -35,7 +35,7 @@ def _layout_transform(attrs, inputs, out_type, consts):
     for p in src.primals:
         d = shape[src.index(p)]
         f = src.block(p)
-        logical[p] = d * f if f else d
+        logical[p] = (tir.const(_static(d) * f) if _static(d) is not None else d * f) if f else d
     sizes = dict(zip(dst.primals, attrs.sizes)) if attrs.sizes else {}
     out_dims: list[PrimExpr] = []
     for a, f in dst.axes:

@@ -92,10 +92,12 @@ def alter_conv_rule(block: int, pad: bool, winograd: str | bool = DEFAULT_WINOGR
         if call.type.dtype not in ("float16", "bfloat16", "float32", "float64"):  # type: ignore[union-attr]
             return None
         depthwise = group > 1 and ws[1] == 1 and ws[0] == group
-        if group != 1 and not depthwise:
-            return None
-        ic, oc = choose_block(ws[1], block, pad), choose_block(ws[0], block, pad)
-        ic = oc if depthwise else ic
+        if depthwise:
+            ic = oc = choose_block(ws[0], block, pad)
+        elif group > 1:  # blocks inside groups: a group is whole input and output channel blocks
+            ic, oc = choose_block(ws[1], block, False), choose_block(ws[0] // group, block, False)
+        else:
+            ic, oc = choose_block(ws[1], block, pad), choose_block(ws[0], block, pad)
         m = winograd_tile(conv, call, ic, oc, winograd, tile) if not depthwise else None
         new_wino = _winograd_conv(eng, conv, call, m, ic, oc) if m is not None else None
         if new_wino is not None:
@@ -113,7 +115,7 @@ def alter_conv_rule(block: int, pad: bool, winograd: str | bool = DEFAULT_WINOGR
 
 @function_pass("alter-op-layout", opt_level=2)
 def alter_op_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
-    """NCHW convs (and depthwise ones; other grouped convs stay) to the blocked NCHW[x]c conv with
+    """NCHW convs (grouped ones blocked inside their groups) to the blocked NCHW[x]c conv with
     weights packed at compile time; consecutive blocked convs exchange blocked tensors directly."""
     block = int(ctx.config.get("alter_op_layout.block", DEFAULT_BLOCK))
     pad = bool(ctx.config.get("alter_op_layout.pad_channels", False))
