@@ -19,6 +19,10 @@ from kiln.topi.knobs import knob
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
+# an innermost axis up to this long that the vector does not divide stays whole (a simd loop with a
+# remainder) instead of split with a ragged last vector: its index then stays provably below its
+# extent, so reshapes and transposes of it simplify (a 28-wide channel shuffle: 26 -> 0.35 ns/element)
+WHOLE_ROW = 64
 NEVER_PARALLEL = 1 << 62
 
 
@@ -64,11 +68,16 @@ def _loop_nest(stage: Stage) -> None:
     reduce = bool(stage.op.reduce_axis)
     inner_ext = _static(axes[-1].dom.extent)
     vec = unrolled = None
-    if not reduce and vector > 1 and inner_ext is not None and inner_ext >= vector:
+    if not reduce and vector > 1 and inner_ext is not None and vector < inner_ext <= WHOLE_ROW and inner_ext % vector:
+        vec, axes = axes[-1], axes[:-1]  # a short row that the vector does not divide: one simd loop over it
+    elif not reduce and vector > 1 and inner_ext is not None and inner_ext >= vector:
         outer_i, vec = stage.split(axes[-1], factor=vector)
         if unroll > 1 and inner_ext >= vector * unroll:
             outer_i, unrolled = stage.split(outer_i, factor=unroll)
         axes = axes[:-1] + [outer_i]
+    if not axes:  # a 1-D row of at most WHOLE_ROW elements
+        stage.vectorize(vec)
+        return
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     if size is None or size >= parallel_min:
         stage.parallel(fused)

@@ -1,0 +1,40 @@
+"""The generic schedule keeps a short innermost row whole when the vector does not divide it: a
+channel shuffle (reshape > transpose > reshape, as ShuffleNet exports it) then indexes its rows
+without a ragged last vector, whose bound the simplifier cannot see through. Values match numpy at
+odd widths around the vector and the WHOLE_ROW limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir import Constant, Function, IRModule, TensorType, Var
+from kiln.op import get_op
+from kiln.topi.schedule_generic import WHOLE_ROW
+
+pytestmark = pytest.mark.usefixtures("fresh_cache")
+
+
+def _shuffle(c: int, h: int, w: int, groups: int) -> IRModule:
+    x = Var("x", TensorType((1, c, h, w), "float32"))
+    y = get_op("tensor.reshape")(x, Constant(np.array([1, groups, c // groups, h, w], np.int64)))
+    y = get_op("tensor.transpose")(y, perm=(0, 2, 1, 3, 4))
+    y = get_op("tensor.reshape")(y, Constant(np.array([1, c, h, w], np.int64)))
+    return IRModule({"main": Function((x,), get_op("nn.relu")(y))})
+
+
+def _kernels(compiled) -> str:
+    code = compiled.runner.library.source.code
+    return code[code.index("kiln:unit"):]
+
+
+@pytest.mark.parametrize("w", [5, 9, 28, 63, WHOLE_ROW, WHOLE_ROW + 1, 100])
+def test_channel_shuffle_matches_numpy(w):
+    c, h, g = 12, 3, 2
+    compiled = kiln.build(_shuffle(c, h, w, g), executor="aot")
+    x = np.random.default_rng(w).standard_normal((1, c, h, w)).astype(np.float32)
+    want = np.maximum(x.reshape(1, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(1, c, h, w), 0)
+    np.testing.assert_array_equal(compiled.run({"x": x})[0], want)
+    if 8 < w <= WHOLE_ROW and w % 8:
+        assert "kiln_min_i64" not in _kernels(compiled)  # one whole row: no ragged vector bound
