@@ -25,6 +25,7 @@ from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
 from kiln.runtime.aot import AotError, AotModule, build_aot
 from kiln.runtime.executor import CompiledModule, fuse, lower_groups
+from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.transform import PassContext, PassTiming
 from kiln.tune.apply import Tuned
 
@@ -81,8 +82,11 @@ class CompiledModel:
     opt_level: int
     report: BuildReport = field(default_factory=BuildReport)
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
+    per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
+        if self.per_shape is not None:
+            return self.per_shape.run(feeds)
         return self.runner.run(feeds)
 
     @property
@@ -139,10 +143,12 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
 
-    executor: "auto" (AOT where it applies, else "graph"), "aot" (fail if it does not apply), or
-    "graph" (kernel by kernel). `progress` receives one line per finished stage. `records`: a tuning
-    records file (`kiln tune`), or workload key -> config; each group with a record for this target
-    is scheduled with its fastest config."""
+    executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
+    plus an AOT build per input shapes, made on the first run at those shapes, see
+    kiln.runtime.shape_specialized), "aot" (fail if it does not apply), or "graph" (kernel by kernel).
+    `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
+    or workload key -> config; each group with a record for this target is scheduled with its
+    fastest config."""
     if target not in TARGETS:
         raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
     if executor not in EXECUTORS:
@@ -155,8 +161,8 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
     tuned = _load_records(records, report, progress) if records is not None else None
-    use_aot = executor == "aot" or (executor == "auto" and is_static(model))
-    if use_aot:
+    static = is_static(model)
+    if executor == "aot" or (executor == "auto" and static):
         try:
             return _build_aot(model, opt_level, report, progress, tuned)
         except AotError as e:
@@ -164,7 +170,13 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
-    return _build_graph(model, opt_level, report, progress, tuned)
+    compiled = _build_graph(model, opt_level, report, progress, tuned)
+    if executor == "auto" and not static:
+        compiled.per_shape = ShapeSpecialized(model, compiled.runner,
+                                              lambda m: build_aot(m, opt_level, cache=CompileCache(), tuned=tuned))
+        if progress is not None:
+            progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
+    return compiled
 
 
 def _load_records(records: Any, report: BuildReport, progress: Callable[[str], None] | None) -> Tuned:
