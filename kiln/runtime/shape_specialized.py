@@ -10,6 +10,10 @@ of time (kiln.runtime.aot: static types, the full pipeline, one C entry), and la
 shapes call that. At most MAX_SHAPES builds are kept, the least recently used going first. Shapes
 whose static model cannot be built ahead of time (control flow, a shape computed from an input's
 values) run on the kernel-by-kernel executor, and are remembered so that they are not tried again.
+
+A build costs seconds, so a stream of ever new shapes (free-length text) must not pay one per run:
+once MAX_SHAPES builds are held, a new shape gets one only on its second run, and after MAX_BUILDS
+builds in all no more are made; the kernel-by-kernel executor, which serves any shape, runs the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from kiln.runtime.interpreter import check_input
 from kiln.transform.basic import substitute
 
 MAX_SHAPES = 4  # static builds kept per model: each holds its own packed weights and arena
-MAX_REFUSED = 64  # input shapes remembered as not buildable ahead of time
+MAX_BUILDS = 16  # static builds made per model in all, evicted ones included
+MAX_REMEMBERED = 1024  # input shapes remembered (as refused, or as seen once)
 
 
 def with_input_shapes(mod: IRModule, shapes: Sequence[tuple[int, ...]]) -> IRModule:
@@ -41,13 +46,16 @@ def with_input_shapes(mod: IRModule, shapes: Sequence[tuple[int, ...]]) -> IRMod
 
 
 class ShapeSpecialized:
-    """run(feeds): the static build for the feeds' shapes (built on first sight), else `fallback`."""
+    """run(feeds): the static build for the feeds' shapes (made on their first run, or their second
+    once `limit` builds are held; none after `max_builds`), else `fallback`."""
 
     def __init__(self, source: IRModule, fallback: Any, build_static: Callable[[IRModule], Any],
-                 limit: int = MAX_SHAPES):
-        self.source, self.fallback, self._build, self.limit = source, fallback, build_static, limit
+                 limit: int = MAX_SHAPES, max_builds: int = MAX_BUILDS):
+        self.source, self.fallback, self._build = source, fallback, build_static
+        self.limit, self.max_builds, self.builds = limit, max_builds, 0
         self.built: OrderedDict[tuple, Any] = OrderedDict()  # input shapes -> AotModule, most recent last
         self.refused: OrderedDict[tuple, str] = OrderedDict()  # input shapes -> why no static build
+        self._seen: OrderedDict[tuple, None] = OrderedDict()  # shapes run once without a build
         self._lock = threading.Lock()
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
@@ -65,19 +73,28 @@ class ShapeSpecialized:
         if static is not None:
             self.built.move_to_end(key)
             return static
-        if key in self.refused or None in key:
+        if key in self.refused or None in key or self.builds >= self.max_builds:
             return None
+        if len(self.built) >= self.limit and key not in self._seen:
+            _remember(self._seen, key, None)  # the cache is full: build for this shape if it comes back
+            return None
+        self._seen.pop(key, None)
+        self.builds += 1
         try:
             static = self._build(with_input_shapes(self.source, key))
         except KilnError as e:  # AotError, or a pass or lowering that refuses these shapes
-            self.refused[key] = str(e)
-            if len(self.refused) > MAX_REFUSED:
-                self.refused.popitem(last=False)
+            _remember(self.refused, key, str(e))
             return None
         self.built[key] = static
         if len(self.built) > self.limit:
             self.built.popitem(last=False)
         return static
+
+
+def _remember(d: OrderedDict, key: tuple, value: Any) -> None:
+    d[key] = value
+    if len(d) > MAX_REMEMBERED:
+        d.popitem(last=False)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:

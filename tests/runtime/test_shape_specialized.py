@@ -61,12 +61,27 @@ def test_input_errors_name_the_input(cnn):
         m.run({})
 
 
-def test_least_recently_used_build_goes_first(cnn):
+def test_least_recently_used_build_goes_first_for_a_shape_seen_twice(cnn):
     mod, m = cnn
     per_shape = ShapeSpecialized(mod, m.runner, lambda s: kiln.build(s, executor="aot").runner, limit=2)
     for batch in (1, 2, 1, 4):
         per_shape.run({"image": _image(batch)})
-    assert list(per_shape.built) == [((1, 3, 6, 6),), ((4, 3, 6, 6),)]
+    assert list(per_shape.built) == [((2, 3, 6, 6),), ((1, 3, 6, 6),)]  # full: batch 4 ran on the graph executor
+    x = _image(4, seed=9)
+    np.testing.assert_allclose(per_shape.run({"image": x})[0], kiln.evaluate(mod, {"image": x})[0], rtol=1e-4,
+                               atol=1e-6)
+    assert list(per_shape.built) == [((1, 3, 6, 6),), ((4, 3, 6, 6),)] and per_shape.builds == 3
+
+
+def test_no_builds_past_the_limit_of_builds(cnn):
+    mod, m = cnn
+    per_shape = ShapeSpecialized(mod, m.runner, lambda s: kiln.build(s, executor="aot").runner, limit=1,
+                                 max_builds=2)
+    for batch in (1, 2, 2, 3, 3, 3):
+        x = _image(batch, seed=batch)
+        np.testing.assert_allclose(per_shape.run({"image": x})[0], kiln.evaluate(mod, {"image": x})[0],
+                                   rtol=1e-4, atol=1e-6)
+    assert list(per_shape.built) == [((2, 3, 6, 6),)] and per_shape.builds == 2
 
 
 def test_a_shape_read_from_an_input_value_runs_on_the_graph_executor():
