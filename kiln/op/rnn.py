@@ -173,33 +173,31 @@ def _clipper(clip: float | None) -> Callable:
     return (lambda x: x) if clip is None else (lambda x: np.clip(x, -clip, clip))
 
 
-def _rnn_cell(acts, clip, x, w, r, b, states, peep, attrs):
+def _rnn_cell(acts, clip, p, r, rb, states, peep, attrs):
     (h,) = states
-    wb, rb = np.split(b, 2)
-    return (acts[0](clip(x @ w.T + h @ r.T + wb + rb)),)
+    return (acts[0](clip(p + h @ r.T + rb)),)
 
 
-def _gru_cell(acts, clip, x, w, r, b, states, peep, attrs):
+def _gru_cell(acts, clip, p, r, rb, states, peep, attrs):
     (h,) = states
     f, g = acts
-    wz, wr, wh = np.split(w, 3)
+    pz, pr, ph = np.split(p, 3, axis=-1)
     rz, rr, rh = np.split(r, 3)
-    wbz, wbr, wbh, rbz, rbr, rbh = np.split(b, 6)
-    z = f(clip(x @ wz.T + h @ rz.T + wbz + rbz))
-    rt = f(clip(x @ wr.T + h @ rr.T + wbr + rbr))
+    rbz, rbr, rbh = np.split(rb, 3)
+    z = f(clip(pz + h @ rz.T + rbz))
+    rt = f(clip(pr + h @ rr.T + rbr))
     if attrs.linear_before_reset:
-        ht = g(clip(x @ wh.T + rt * (h @ rh.T + rbh) + wbh))
+        ht = g(clip(ph + rt * (h @ rh.T + rbh)))
     else:
-        ht = g(clip(x @ wh.T + (rt * h) @ rh.T + rbh + wbh))
+        ht = g(clip(ph + (rt * h) @ rh.T + rbh))
     return ((1 - z) * ht + z * h,)
 
 
-def _lstm_cell(acts, clip, x, w, r, b, states, peep, attrs):
+def _lstm_cell(acts, clip, p, r, rb, states, peep, attrs):
     h, c = states
     f, g, hf = acts
     p_i, p_o, p_f = np.split(peep, 3)
-    wb, rb = np.split(b, 2)
-    gi, go, gf, gc = np.split(x @ w.T + h @ r.T + wb + rb, 4, axis=-1)
+    gi, go, gf, gc = np.split(p + h @ r.T + rb, 4, axis=-1)
     i = f(clip(gi + p_i * c))
     ft = 1 - i if attrs.input_forget else f(clip(gf + p_f * c))
     c_new = ft * c + i * g(clip(gc))
@@ -228,43 +226,75 @@ def _run_direction(step, x, states, lens, reverse):
     return out, states
 
 
+def _scan_ref(cell: Callable, per_dir: int, n_states: int, attrs, proj, r, rb, seq_lens, rest, out_dtype):
+    """The recurrence given each direction's input projection proj[d] = X·W^T + Wb, (seq, batch, gates):
+    normalizes layout and omitted inputs, runs each direction. rb: the bias added to h·R^T (ONNX's Rb)."""
+    ct = proj.dtype
+    rest = [None if v is None else v.astype(ct) for v in rest] + [None] * (n_states + 1 - len(rest))
+    inits, peep = rest[:n_states], rest[n_states]
+    if attrs.layout:
+        inits = [None if v is None else v.swapaxes(0, 1) for v in inits]
+    nd, seq, batch, gh = proj.shape
+    hidden = r.shape[-1]
+    rb = np.zeros((nd, gh), ct) if rb is None else rb.astype(ct)
+    inits = [np.zeros((nd, batch, hidden), ct) if v is None else v for v in inits]
+    peep = np.zeros((nd, 3 * hidden), ct) if peep is None else peep
+    lens = np.full(batch, seq, np.int64) if seq_lens is None else seq_lens.astype(np.int64)
+    acts = _activations(attrs, per_dir, nd)
+    clip = _clipper(attrs.clip)
+    ys, finals = [], []
+    for d in range(nd):
+        def step(pt, states, d=d):
+            return cell(acts[d], clip, pt, r[d], rb[d], states, peep[d], attrs)
+
+        reverse = attrs.direction == "reverse" or d == 1
+        y, st = _run_direction(step, proj[d], tuple(v[d] for v in inits), lens, reverse)
+        ys.append(y)
+        finals.append(st)
+    y = np.stack(ys, axis=1)
+    states = [np.stack([f[k] for f in finals]) for k in range(n_states)]
+    if attrs.layout:
+        y = y.transpose(2, 0, 1, 3)
+        states = [s.swapaxes(0, 1) for s in states]
+    return tuple(v.astype(out_dtype) for v in [y] + states)
+
+
+def _compute_type(dtype) -> type:
+    return np.float64 if dtype == np.float64 else np.float32
+
+
 def _recurrent_ref(cell: Callable, per_dir: int, n_states: int):
-    """Reference of a recurrent op: normalizes layout and omitted inputs, runs each direction.
+    """Reference of a recurrent op: each direction's input projection, then the recurrence.
 
     Inputs after sequence_lens are the initial states, then (LSTM) the peepholes."""
 
     def ref(attrs, x, w, r, b=None, seq_lens=None, *rest):
-        out_dtype = x.dtype
-        ct = np.float64 if x.dtype == np.float64 else np.float32
-        rest = [None if v is None else v.astype(ct) for v in rest] + [None] * (n_states + 1 - len(rest))
-        inits, peep = rest[:n_states], rest[n_states]
-        x, w, r = x.astype(ct), w.astype(ct), r.astype(ct)
+        ct = _compute_type(x.dtype)
+        xs, w, r = x.astype(ct), w.astype(ct), r.astype(ct)
         if attrs.layout:
-            x = x.swapaxes(0, 1)
-            inits = [None if v is None else v.swapaxes(0, 1) for v in inits]
-        nd, gh, hidden = w.shape[0], w.shape[1], r.shape[-1]
-        seq, batch = x.shape[:2]
+            xs = xs.swapaxes(0, 1)
+        nd, gh = w.shape[:2]
         b = np.zeros((nd, 2 * gh), ct) if b is None else b.astype(ct)
-        inits = [np.zeros((nd, batch, hidden), ct) if v is None else v for v in inits]
-        peep = np.zeros((nd, 3 * hidden), ct) if peep is None else peep
-        lens = np.full(batch, seq, np.int64) if seq_lens is None else seq_lens.astype(np.int64)
-        acts = _activations(attrs, per_dir, nd)
-        clip = _clipper(attrs.clip)
-        ys, finals = [], []
-        for d in range(nd):
-            def step(xt, states, d=d):
-                return cell(acts[d], clip, xt, w[d], r[d], b[d], states, peep[d], attrs)
+        proj = np.stack([xs @ w[d].T + b[d, :gh] for d in range(nd)])
+        return _scan_ref(cell, per_dir, n_states, attrs, proj, r, b[:, gh:], seq_lens, rest, x.dtype)
 
-            reverse = attrs.direction == "reverse" or d == 1
-            y, st = _run_direction(step, x, tuple(v[d] for v in inits), lens, reverse)
-            ys.append(y)
-            finals.append(st)
-        y = np.stack(ys, axis=1)
-        states = [np.stack([f[k] for f in finals]) for k in range(n_states)]
+    return ref
+
+
+def _recurrence_ref(cell: Callable, per_dir: int, n_states: int):
+    """Reference of a recurrence-only op: XP holds every direction's projection side by side."""
+
+    def ref(attrs, xp, rt, rb=None, seq_lens=None, *rest):
+        ct = _compute_type(xp.dtype)
+        xs = xp.astype(ct)
         if attrs.layout:
-            y = y.transpose(2, 0, 1, 3)
-            states = [s.swapaxes(0, 1) for s in states]
-        return tuple(v.astype(out_dtype) for v in [y] + states)
+            xs = xs.swapaxes(0, 1)
+        nd, gh = rt.shape[0], xs.shape[-1] // rt.shape[0]
+        if rt.ndim == 4:  # panels -> (directions, hidden, gates)
+            rt = rt.transpose(0, 2, 1, 3).reshape(nd, rt.shape[2], -1)[:, :, :gh]
+        proj = np.stack([xs[..., d * gh:(d + 1) * gh] for d in range(nd)])
+        r = rt.astype(ct).transpose(0, 2, 1)
+        return _scan_ref(cell, per_dir, n_states, attrs, proj, r, rb, seq_lens, rest, xp.dtype)
 
     return ref
 
@@ -290,6 +320,64 @@ lstm = define_op(
     infer=_recurrent_rel(4, ("initial_h", "initial_c"), peepholes=True),
     ref=_recurrent_ref(_lstm_cell, 3, 2),
     doc=_RNN_DOC.format("An LSTM (gates i, o, f, c; peepholes P; input_forget)", ", Y_c"))
+
+
+
+def _recurrence_rel(gates: int, states: tuple[str, ...], peepholes: bool = False):
+    """Type relation of a recurrence-only op (kiln/transform/rnn_projection.py makes them).
+
+    Inputs: XP (X's layout, last dim directions x gates x hidden: X·W^T + Wb of every direction), RT
+    (R transposed: directions, hidden, gates x hidden; or packed in panels of nr gates, zero-padded:
+    directions, panels, hidden, nr), RB (added to h·R^T), sequence_lens, the initial states, then (LSTM)
+    the peepholes. Outputs are the full op's."""
+
+    def rel(attrs, types, values):
+        xp, rt = tensor(types[0], "XP"), tensor(types[1], "RT")
+        check_dtype(xp, RNN_DTYPES, "XP")
+        if xp.shape is None or len(xp.shape) != 3 or rt.shape is None or len(rt.shape) not in (3, 4):
+            raise TypeInferenceError(f"XP must have rank 3 and RT 3 or 4, got {xp.shape} and {rt.shape}")
+        nd, hidden = rt.shape[0], rt.shape[-2 if len(rt.shape) == 4 else 1]
+        gh = _mul(gates, hidden)
+        if attrs.direction not in DIRECTIONS or DIRECTIONS[attrs.direction] != nd:
+            raise TypeInferenceError(f"RT has {nd} directions; direction is {attrs.direction!r}")
+        if len(rt.shape) == 3 and not _dims_agree(rt.shape[2], gh):
+            raise TypeInferenceError(f"RT has {rt.shape[2]} gate rows; expected {gates} x {hidden}")
+        if len(rt.shape) == 4 and isinstance(gh, int) and isinstance(rt.shape[1], int) and isinstance(
+                rt.shape[3], int) and not rt.shape[1] * rt.shape[3] - rt.shape[3] < gh <= rt.shape[1] * rt.shape[3]:
+            raise TypeInferenceError(f"RT panels {rt.shape} do not hold {gates} x {hidden} gate rows")
+        seq, batch = (xp.shape[1], xp.shape[0]) if attrs.layout else xp.shape[:2]
+        _expect(xp, (xp.shape[0], xp.shape[1], _mul(nd, gh)), "XP")
+        _expect(rt, rt.shape, "RT", xp.dtype)
+        _expect(_opt(types, 2), (nd, gh), "RB", xp.dtype)
+        _expect(_opt(types, 3), (batch,), "sequence_lens", "int32")
+        state = (batch, nd, hidden) if attrs.layout else (nd, batch, hidden)
+        for i, name in enumerate(states):
+            _expect(_opt(types, 4 + i), state, name, xp.dtype)
+        if peepholes:
+            _expect(_opt(types, 4 + len(states)), (nd, _mul(3, hidden)), "P", xp.dtype)
+        y = (batch, seq, nd, hidden) if attrs.layout else (seq, nd, batch, hidden)
+        return TupleType((TensorType(y, xp.dtype),) + (TensorType(state, xp.dtype),) * len(states))
+
+    return rel
+
+
+_RECURRENCE_DOC = ("The recurrence of {} given its input projection XP = X·W^T + Wb (all steps, all "
+                   "directions) and R^T; the rest as the full op. Made by split-rnn-projection.")
+
+rnn_recurrence = define_op(
+    "nn.rnn_recurrence", pattern=OPAQUE, inputs=(2, 5), attrs=RNNAttrs,
+    infer=_recurrence_rel(1, ("initial_h",)),
+    ref=_recurrence_ref(_rnn_cell, 1, 1), doc=_RECURRENCE_DOC.format("nn.rnn"))
+
+gru_recurrence = define_op(
+    "nn.gru_recurrence", pattern=OPAQUE, inputs=(2, 5), attrs=GRUAttrs,
+    infer=_recurrence_rel(3, ("initial_h",)),
+    ref=_recurrence_ref(_gru_cell, 2, 1), doc=_RECURRENCE_DOC.format("nn.gru"))
+
+lstm_recurrence = define_op(
+    "nn.lstm_recurrence", pattern=OPAQUE, inputs=(2, 7), attrs=LSTMAttrs,
+    infer=_recurrence_rel(4, ("initial_h", "initial_c"), peepholes=True),
+    ref=_recurrence_ref(_lstm_cell, 3, 2), doc=_RECURRENCE_DOC.format("nn.lstm"))
 
 
 # ---------------------------------------------------------------------------------------------

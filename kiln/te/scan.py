@@ -42,6 +42,7 @@ class ScanOp(ExternOp):
     input_phs: tuple[Tensor, ...]
     updates: tuple[Tensor, ...]
     schedule: ScheduleFn = field(default=create_schedule)
+    lane: Var | None = None  # see scan(lanes=...)
 
     def lower_stmt(self, ins: Sequence[Buffer], outs: Sequence[Buffer]) -> Stmt:
         from kiln.te.lower import create_prim_func
@@ -50,20 +51,21 @@ class ScanOp(ExternOp):
         f = create_prim_func(self.schedule(list(self.updates)), f"{self.name}_step",
                              inputs=list(self.state_phs) + list(self.input_phs))
         params = [p for p in f.params if isinstance(p, Buffer)]
-        t = self.time
-        # step buffer -> (scan buffer, leading index): states read at t, new states stored at t + 1
-        where: dict[Buffer, tuple[Buffer, PrimExpr | None]] = {}
+        t, lane = self.time, self.lane
+        # step buffer -> (scan buffer, leading index, lane): states read at t, new states stored at t + 1
+        where: dict[Buffer, tuple[Buffer, PrimExpr | None, Var | None]] = {}
         for k in range(n):
-            where[params[k]] = (outs[k], t)
-            where[params[n + len(self.input_phs) + k]] = (outs[k], t + 1)
+            where[params[k]] = (outs[k], t, lane)
+            where[params[n + len(self.input_phs) + k]] = (outs[k], t + 1, lane)
         for j in range(len(self.input_phs)):
-            where[params[n + j]] = (ins[n + j], None)
+            where[params[n + j]] = (ins[n + j], None, None)
         body, allocs = _peel_allocs(_rebind(f.body, where))
-        stmt = seq(*(_copy(ins[k], outs[k]) for k in range(n)),
-                   For(t, IntImm(0, t.dtype), self.steps, ForKind.SERIAL, body))
-        for buf in reversed(allocs):
+        stmt = For(t, IntImm(0, t.dtype), self.steps, ForKind.SERIAL, body)
+        for buf in reversed(allocs):  # per lane: each thread its own temporaries
             stmt = Allocate(buf, stmt)
-        return stmt
+        if lane is not None:
+            stmt = For(lane, IntImm(0, lane.dtype), ins[0].shape[0], ForKind.PARALLEL, stmt)
+        return seq(*(_copy(ins[k], outs[k]) for k in range(n)), stmt)
 
     def evaluate(self, ins: Sequence[np.ndarray], sizes: dict[Var, int]) -> list[np.ndarray]:
         from kiln.te.eval import Evaluator, evaluate
@@ -76,27 +78,37 @@ class ScanOp(ExternOp):
             h[0] = ins[k]
             hist.append(h)
         feeds = dict(zip(self.input_phs, ins[n:]))
-        for t in range(steps):
-            feeds.update(zip(self.state_phs, (h[t] for h in hist)))
-            new = evaluate(list(self.updates), feeds, {**sizes, self.time: t})
-            for h, v in zip(hist, new):
-                h[t + 1] = v
+        for lane in range(1 if self.lane is None else ins[0].shape[0]):
+            part = slice(None) if self.lane is None else slice(lane, lane + 1)
+            env = {} if self.lane is None else {self.lane: lane}
+            for t in range(steps):
+                feeds.update(zip(self.state_phs, (h[t][part] for h in hist)))
+                new = evaluate(list(self.updates), feeds, {**sizes, **env, self.time: t})
+                for h, v in zip(hist, new):
+                    h[t + 1][part] = v
         return hist
 
 
 def scan(init: Sequence[Tensor], step: StepFn, steps: Any, inputs: Sequence[Tensor] = (),
-         schedule: ScheduleFn = create_schedule, name: str = "scan") -> tuple[Tensor, ...]:
+         schedule: ScheduleFn = create_schedule, name: str = "scan", lanes: bool = False) -> tuple[Tensor, ...]:
     """Histories of the states `init` under `step`: out[k] has shape (steps + 1, *init[k].shape),
     out[k][0] = init[k], out[k][t + 1] = step(t, *states at t, *inputs)[k].
 
     `step` receives the time Var and placeholders standing for the states and for `inputs` (it
     must read outer tensors only through those) and returns the new states (same shapes and
-    dtypes). `schedule` schedules the step graph (it gets the new-state tensors)."""
+    dtypes). `schedule` schedules the step graph (it gets the new-state tensors).
+
+    `lanes`: the states' leading axis holds independent recurrences (the directions of a
+    bidirectional RNN). Each lane runs its whole time loop on its own thread (a parallel loop
+    around the serial one: no synchronization per step); `step` then gets (t, lane, ...) and
+    states with a leading axis of 1, that lane's."""
     steps = const(steps)
     time = Var(f"{name}_t")
-    state_phs = tuple(placeholder(s.shape, s.dtype, f"{name}_state{k}") for k, s in enumerate(init))
+    lane = Var(f"{name}_lane") if lanes else None
+    state_phs = tuple(placeholder((1, *s.shape[1:]) if lanes else s.shape, s.dtype, f"{name}_state{k}")
+                      for k, s in enumerate(init))
     input_phs = tuple(placeholder(x.shape, x.dtype, f"{name}_in{k}") for k, x in enumerate(inputs))
-    updates = tuple(step(time, *state_phs, *input_phs))
+    updates = tuple(step(time, lane, *state_phs, *input_phs) if lanes else step(time, *state_phs, *input_phs))
     if len(updates) != len(init):
         raise ValueError(f"{name}: the step returned {len(updates)} states for {len(init)} initial ones")
     fixed = []
@@ -108,28 +120,31 @@ def scan(init: Sequence[Tensor], step: StepFn, steps: Any, inputs: Sequence[Tens
         fixed.append(u)
     op = ScanOp(name, tuple(init) + tuple(inputs), tuple((canon(steps + 1),) + tuple(s.shape) for s in init),
                 tuple(s.dtype for s in init), "", steps=steps, time=time, state_phs=state_phs,
-                input_phs=input_phs, updates=tuple(fixed), schedule=schedule)
+                input_phs=input_phs, updates=tuple(fixed), schedule=schedule, lane=lane)
     return tuple(op.output(k) for k in range(len(init)))
 
 
-def _rebind(s: Stmt, where: dict[Buffer, tuple[Buffer, PrimExpr | None]]) -> Stmt:
-    """Loads and stores of the step's buffers moved to the scan's (a leading time index added)."""
-    def idx(lead: PrimExpr | None, indices: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+def _rebind(s: Stmt, where: dict[Buffer, tuple[Buffer, PrimExpr | None, Var | None]]) -> Stmt:
+    """Loads and stores of the step's buffers moved to the scan's (a leading time index added, the
+    lane added to the state's leading index)."""
+    def idx(lead: PrimExpr | None, lane: Var | None, indices: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+        if lane is not None:
+            indices = (indices[0] + lane,) + tuple(indices[1:])
         return indices if lead is None else (lead,) + tuple(indices)
 
     def fe(e: PrimExpr) -> PrimExpr:
         def f(x: PrimExpr) -> PrimExpr | None:
             if isinstance(x, BufferLoad) and x.buffer in where:
-                buf, lead = where[x.buffer]
-                return BufferLoad(buf, idx(lead, x.indices))
+                buf, lead, lane = where[x.buffer]
+                return BufferLoad(buf, idx(lead, lane, x.indices))
             return None
 
         return map_expr(e, f)
 
     def fs(x: Stmt) -> Stmt | None:
         if isinstance(x, BufferStore) and x.buffer in where:
-            buf, lead = where[x.buffer]
-            return BufferStore(buf, x.value, idx(lead, x.indices))
+            buf, lead, lane = where[x.buffer]
+            return BufferStore(buf, x.value, idx(lead, lane, x.indices))
         return None
 
     return map_stmt(s, fe, fs)

@@ -117,6 +117,9 @@ class Simplifier:
         p, c = _divide_gcd(p, c)
         if c == 1:
             return from_poly(p)
+        aligned = self._aligned(p, c)
+        if aligned is not None:
+            return self(E.FloorDiv(from_poly(aligned[0]), E.IntImm(c // aligned[2], e.dtype)))
         q, r = _split(p, c)
         iv = self._exact(r)
         if iv is None:
@@ -141,6 +144,11 @@ class Simplifier:
             return None
         p, c2 = _divide_gcd(p, c)
         g = c // c2
+        aligned = self._aligned(p, c2)
+        if aligned is not None:
+            hi, lo, g2 = aligned
+            res = to_poly(self(E.FloorMod(from_poly(hi), E.IntImm(c2 // g2, e.dtype)))).scale(g2).add(lo, wrap=False)
+            return from_poly(res if g == 1 else res.scale(g))
         r = _split(p, c2)[1] if c2 > 1 else Poly(p.dtype)
         r2 = self._drop_inner_mod(r, c2)
         if self._exact(r2) is not None:
@@ -153,6 +161,23 @@ class Simplifier:
         else:
             res = E.FloorMod(from_poly(r), E.IntImm(c2, e.dtype))
         return res if g == 1 else from_poly(to_poly(res).scale(g))
+
+    def _aligned(self, p: Poly, c: int) -> tuple[Poly, Poly, int] | None:
+        """(q, r, g) with p == g*q + r, g > 1 dividing c and 0 <= r < g, r the terms whose coefficients are
+        coprime to c: then p // c == q // (c / g) and p % c == g * (q % (c / g)) + r. A flat index of a
+        vectorized run, 8 * i + j // 384 with j < 8, is then i // 48: the loads of a reshape stay contiguous."""
+        g = 0
+        for k in p.terms.values():
+            if math.gcd(k, c) > 1:
+                g = math.gcd(g, k, c)
+        if g <= 1:
+            return None
+        q = Poly(p.dtype, {m: k // g for m, k in p.terms.items() if k % g == 0}, p.const // g)
+        r = Poly(p.dtype, {m: k for m, k in p.terms.items() if k % g}, p.const % g)
+        if not r.terms:
+            return None
+        iv = self._exact(r)
+        return (q, r, g) if iv is not None and iv[0] >= 0 and iv[1] < g else None
 
     def _drop_inner_mod(self, r: Poly, c: int) -> Poly:
         """floormod(x, a) == x (mod c) when c divides a: inside a floormod by c, use x itself

@@ -1,13 +1,16 @@
-"""te computes of nn.rnn, nn.gru and nn.lstm: one kernel whose serial loop over time runs the cell.
+"""te computes of nn.rnn, nn.gru and nn.lstm, and of their recurrence-only forms nn.*_recurrence: one
+kernel whose serial loop over time runs the cell.
 
-The work splits in two. The input projection X·W^T of every step does not depend on the state, so
-it is one ordinary reduction over (direction, step, batch, gate) before the loop: parallel and
-vectorizable. The recurrence is a `te.scan` (kiln/te/scan.py) over the hidden states: its step
-is a te graph (the state's gate product h·R^T, a reduction vectorized along the gate axis, then the
-gate activations fused into the new-state computes) that lowers to loop nests inside the time loop.
-Both directions run in the same loop (the direction is an axis of the state), each reading the
-projection at its own time index: `t` forward, `len - 1 - t` in reverse (rows past their
-sequence_lens keep their state). Y, Y_h and Y_c are then gathers from the state histories.
+The input projection X·W^T of every step does not depend on the state. With constant weights
+split-rnn-projection (kiln/transform/rnn_projection.py) makes it a packed GEMM of its own and the
+recurrence op reads its result, XP, directly at each direction's time index; otherwise (the full op) it
+is one reduction over (direction, step, batch, gate) before the loop. The recurrence is a `te.scan`
+(kiln/te/scan.py) over the hidden states: its step is a te graph (the state's gate product h·R^T in
+register tiles, then the gate activations fused into the new-state computes) that lowers to loop nests
+inside the time loop. A bidirectional op runs each direction as a scan lane: its own time loop, the two
+in parallel, no synchronization per step. Directions read the projection at `t` forward and `len - 1 - t`
+in reverse (rows past their sequence_lens keep their state). Y, Y_h and Y_c are then gathers from the
+state histories.
 
 Everything computes in float32 (float64 for float64 inputs) and casts the outputs back, as the
 reference (kiln/op/rnn.py) does.
@@ -15,6 +18,7 @@ reference (kiln/op/rnn.py) does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,9 +30,14 @@ from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
 from kiln.topi.schedule_anchor import block, data_size, inline_injective, is_reduction, parallel_outer
+from kiln.topi.schedule_dense import default_mr, panel_width
 from kiln.topi.schedule_generic import _loop_nest
 
-GATE_RUN = 128  # gates accumulated per task of the step's matmul (8 AVX-512 / 16 AVX2 vectors)
+# a team per step only when h·R^T has at least this many multiply-adds (R^T of 1 MB: more than one
+# core's L2 holds, so two cores' L2s share it); below, the fork and join cost more than they save, and on
+# a loaded machine a team that waits for a descheduled thread each step ran 20x slower (audio LSTM)
+PARALLEL_STEP_MIN_MACS = 1 << 18
+K_SPLIT = 4  # at most this many interleaved partial sums of k fill a small batch's register tile (gates)
 KEEP = "rnn_keep"  # tag of a step compute to materialize (read by a reduction: never recompute per use)
 Act = Callable[[tir.PrimExpr], tir.PrimExpr]
 
@@ -66,51 +75,101 @@ class _Cell:
     attrs: object
     nd: int
     hidden: int
+    gh: int  # gate rows per direction
     batch: tir.PrimExpr
     ct: str
     acts: list[list[tuple[str, float, float]]]
-    has_bias: bool
     has_lens: bool
+    lane: tir.Var | None = None  # the direction when each runs its own time loop (scan lanes)
+
+    def dir(self, d: tir.PrimExpr) -> tir.PrimExpr:
+        """The direction of the step's local direction index d (its only one, 0, in a lane)."""
+        return d if self.lane is None else d + self.lane
 
     def act(self, k: int, d: tir.PrimExpr, x: tir.PrimExpr) -> tir.PrimExpr:
         """Cell function k of direction d applied to x (a select when the directions differ)."""
         outs = [_activation(*self.acts[i][k])(x) for i in range(self.nd)]
         if self.nd == 1 or self.acts[0][k] == self.acts[1][k]:
             return outs[0]
-        return tir.select(tir.eq(d, 0), outs[0], outs[1])
+        return tir.select(tir.eq(self.dir(d), 0), outs[0], outs[1])
 
     def clip(self, x: tir.PrimExpr) -> tir.PrimExpr:
         c = self.attrs.clip
         return x if c is None else tir.min_(tir.max_(x, -float(c)), float(c))
 
     def shape(self, n: int | None = None) -> tuple:
-        return (self.nd, self.batch, self.hidden if n is None else n)
+        return (1 if self.lane is not None else self.nd, self.batch, self.hidden if n is None else n)
+
+    @staticmethod
+    def rt_at(rt: Tensor, d, k, g) -> tir.PrimExpr:
+        """R^T[d, k, g], from (direction, hidden, gates) or panels (direction, gates / nr, hidden, nr)."""
+        if len(rt.shape) == 3:
+            return rt(d, k, g)
+        nr = rt.shape[3].value
+        return rt(d, g // nr, k, g % nr)
 
     def gates(self, h: Tensor, rt: Tensor, lo: int, n: int) -> Tensor:
-        """h·R^T for gate rows [lo, lo + n) of every direction: the step's matmul."""
-        def f(d, b, g):
-            k = te.reduce_axis(self.hidden, "k")
-            return te.sum(h(d, b, k) * rt(d, k, g + lo), axis=k)
+        """h·R^T for gate rows [lo, lo + n) of every direction: the step's matmul.
 
-        return te.compute(self.shape(n), f, name="rnn_hr")
+        A register tile like the dense kernel's (rows unrolled, two vectors of gates) over the whole k:
+        its rows are batch rows (each R^T panel is then read once for all of them), and at small batch
+        k is also split into `ku` interleaved partial sums, added where the gates are read. At batch 1
+        one accumulator per gate vector is a serial FMA chain over k, and gcc kept a long run of them in
+        memory (a store and reload per k): on the audio LSTM (hidden 128, Zen4) the tile is 2x faster (4
+        partials; 8 were slower), and 8 batch rows instead of 4 took a batch-8 LSTM from 21 to 15 ms."""
+        batch = self.batch.value if isinstance(self.batch, tir.IntImm) else 1
+        rows = min(batch, default_mr())  # the dense kernel's tile height: 8 with AVX-512's 32 registers, else 6
+        ku = next(u for u in range(min(K_SPLIT, default_mr() // rows), 0, -1) if self.hidden % u == 0)
+
+        def f(d, b, u, g):
+            k = te.reduce_axis(self.hidden // ku, "k")
+            return te.sum(h(d, b, k * ku + u) * self.rt_at(rt, self.dir(d), k * ku + u, g + lo), axis=k)
+
+        attrs = {"rows": rows}
+        if len(rt.shape) == 4 and lo % rt.shape[3].value == 0:
+            attrs["panel"] = rt.shape[3].value
+        part = te.compute(self.shape(n)[:2] + (ku, n), f, name="rnn_hr", attrs=attrs)
+
+        def total(d, b, g):
+            out = part(d, b, 0, g)
+            for u in range(1, ku):
+                out = out + part(d, b, u, g)
+            return out
+
+        return te.compute(self.shape(n), total, name="rnn_hr_sum")
 
 
 class _Step:
-    """The step's view of its inputs: projection plus biases, validity of a row at step t."""
+    """The step's view of its inputs: projection and recurrent bias, validity of a row at step t.
 
-    def __init__(self, cell: _Cell, t: tir.Var, ins: dict[str, Tensor]):
-        self.cell, self.t, self.ins = cell, t, ins
+    ins["xp"] is either the kernel's own projection (direction, step, batch, gate) in each direction's
+    time order, without bias, next to ins["bias"] (ONNX's B); or (`ordered` False) a recurrence op's XP
+    input in X's layout, bias included, next to its optional ins["rb"]."""
 
-    def wb(self, d, g) -> tir.PrimExpr:
-        return self.ins["bias"](d, g) if self.cell.has_bias else tir.const(0.0, self.cell.ct)
+    def __init__(self, cell: _Cell, t: tir.Var, ins: dict[str, Tensor], ordered: bool, order=None):
+        self.cell, self.t, self.ins, self.ordered, self.order = cell, t, ins, ordered, order
+
+    def _zero(self) -> tir.PrimExpr:
+        return tir.const(0.0, self.cell.ct)
+
+    def proj(self, d, b, g) -> tir.PrimExpr:
+        """x_t·W^T + Wb for gate row g."""
+        d = self.cell.dir(d)
+        if not self.ordered:
+            t = self.order(d, self.t, b, self.ins.get("lens"))
+            return self.ins["xp"](*((b, t) if self.cell.attrs.layout else (t, b)), d * self.cell.gh + g)
+        wb = self.ins["bias"](d, g) if "bias" in self.ins else self._zero()
+        return self.ins["xp"](d, self.t, b, g) + wb
 
     def rb(self, d, g) -> tir.PrimExpr:
-        gh = self.ins["rt"].shape[2]
-        return self.ins["bias"](d, g + gh) if self.cell.has_bias else tir.const(0.0, self.cell.ct)
+        d = self.cell.dir(d)
+        if not self.ordered:
+            return self.ins["rb"](d, g) if "rb" in self.ins else self._zero()
+        return self.ins["bias"](d, g + self.cell.gh) if "bias" in self.ins else self._zero()
 
     def pre(self, d, b, g) -> tir.PrimExpr:
         """x_t·W^T + Wb + Rb for gate row g."""
-        return self.ins["xp"](d, self.t, b, g) + self.wb(d, g) + self.rb(d, g)
+        return self.proj(d, b, g) + self.rb(d, g)
 
     def keep(self, b, new: tir.PrimExpr, old: tir.PrimExpr) -> tir.PrimExpr:
         """Rows past their sequence length keep their state."""
@@ -135,7 +194,7 @@ def _gru_step(c: _Cell, s: _Step, h: Tensor) -> list[Tensor]:
     if lbr:
         def cand(d, b, j):
             rec = hr(d, b, j + 2 * H) + s.rb(d, j + 2 * H)
-            return s.ins["xp"](d, s.t, b, j + 2 * H) + s.wb(d, j + 2 * H) + gate(1, d, b, j) * rec
+            return s.proj(d, b, j + 2 * H) + gate(1, d, b, j) * rec
     else:
         rh = te.compute(c.shape(), lambda d, b, k: gate(1, d, b, k) * h(d, b, k), name="rnn_rh", tag=KEEP)
         hh = c.gates(rh, rt, 2 * H, H)
@@ -155,7 +214,7 @@ def _lstm_step(c: _Cell, s: _Step, h: Tensor, cs: Tensor) -> list[Tensor]:
     hr = c.gates(h, s.ins["rt"], 0, 4 * H)
 
     def peep(k, d, j, cell_value):
-        return s.ins["p"](d, j + k * H) * cell_value if "p" in s.ins else tir.const(0.0, c.ct)
+        return s.ins["p"](c.dir(d), j + k * H) * cell_value if "p" in s.ins else tir.const(0.0, c.ct)
 
     def gate(k, d, b, j):  # pre-activation of gate i (0), o (1), f (2), c (3)
         return s.pre(d, b, j + k * H) + hr(d, b, j + k * H)
@@ -176,30 +235,38 @@ def _lstm_step(c: _Cell, s: _Step, h: Tensor, cs: Tensor) -> list[Tensor]:
     return [te.compute(c.shape(), hidden, name="rnn_h"), c_new]
 
 
-def _gate_nest(s: Schedule, st: Stage) -> None:
-    """h·R^T as parallel (direction, gate block, batch row) tasks; each accumulates its block over k in a
-    small local buffer (enough independent vector chains to hide the FMA latency) and stores it once."""
+def _gate_nest(s: Schedule, st: Stage, parallel: bool) -> None:
+    """h·R^T's partial sums as parallel (direction, gate block, batch row) tasks; each accumulates a
+    (partial x gate block) register tile over k (k outside, partials unrolled, gates vectorized, two
+    vectors wide as the dense kernel's panels) and stores it once."""
     acc = s[s.cache_write(st.op.output(0), "local")]
-    d, b, g = st.op.axis
-    go, gi = st.split(g, block(g.dom.extent, GATE_RUN))
-    st.reorder(d, go, b, gi)
+    d, b, u, g = st.op.axis
+    attrs = dict(st.op.attrs)
+    nr = attrs.get("panel")  # R^T in panels: one task per panel
+    go, gi = st.split(g, nr or block(g.dom.extent, panel_width(st.op.output(0).dtype)))
+    static_batch = isinstance(b.dom.extent, tir.IntImm)
+    bo, bi = st.split(b, block(b.dom.extent, attrs.get("rows", 1)) if static_batch else 1)
+    st.reorder(d, go, bo, bi, u, gi)
     # a symbolic batch stays a serial loop inside: fused, the accumulator's region could not be bounded
-    tasks = [d, go, b] if isinstance(b.dom.extent, tir.IntImm) else [d, go]
-    at = parallel_outer(st, tasks, data_size(acc, reduce_too=True))
+    tasks = [d, go, bo] if static_batch else [d, go]
+    macs = data_size(acc, reduce_too=True)
+    at = parallel_outer(st, tasks, macs if parallel and (macs is None or macs >= PARALLEL_STEP_MIN_MACS) else 0)
     st.vectorize(gi)
-    acc.compute_at(st, at if len(tasks) == 3 else b)
-    ad, ab, ag = acc.op.axis
-    acc.reorder(ad, ab, *acc.op.reduce_axis, ag)
+    acc.compute_at(st, at if static_batch else bi)
+    ad, ab, au, ag = acc.op.axis
+    acc.reorder(ad, *acc.op.reduce_axis, ab, au, ag)
+    acc.unroll(ab)
+    acc.unroll(au)
     acc.vectorize(ag)
 
 
-def schedule_step(outputs: Sequence[Tensor]) -> Schedule:
-    """A step's loop nests: gate products vectorized along the gate axis (parallel when large),
-    activations inlined into the new-state computes."""
+def schedule_step(outputs: Sequence[Tensor], parallel: bool = True) -> Schedule:
+    """A step's loop nests: gate products vectorized along the gate axis (parallel when large and
+    `parallel`: not in a scan lane, already one thread's), activations inlined into the new-state computes."""
     s = create_schedule(outputs)
     for st in inline_injective(s, outputs, keep=lambda st: getattr(st.op, "tag", "") == KEEP):
         if is_reduction(st):
-            _gate_nest(s, st)
+            _gate_nest(s, st, parallel)
         else:
             _loop_nest(st)
     return s
@@ -217,10 +284,10 @@ def _static(e: tir.PrimExpr, op: str, what: str) -> int:
     return e.value
 
 
-def _time_order(direction: str, steps: tir.PrimExpr, lens: Tensor | None) -> Callable[..., tir.PrimExpr]:
-    """order(d, t, b): the time index direction d works on at its step t; in reverse `len - 1 - t` for
-    the row's valid steps (an involution on them), so the same map also scatters Y back."""
-    def order(d, t, b):
+def _time_order(direction: str, steps: tir.PrimExpr) -> Callable[..., tir.PrimExpr]:
+    """order(d, t, b, lens): the time index direction d works on at its step t; in reverse `len - 1 - t`
+    for the row's valid steps (an involution on them), so the same map also scatters Y back."""
+    def order(d, t, b, lens: Tensor | None):
         back = steps - 1 - t if lens is None else tir.select(t < lens(b), lens(b) - 1 - t, t)
         if direction == "forward":
             return t
@@ -229,7 +296,7 @@ def _time_order(direction: str, steps: tir.PrimExpr, lens: Tensor | None) -> Cal
     return order
 
 
-def _scan_inputs(x: Tensor, w: Tensor, r: Tensor, layout: int, ct: str, order) -> dict[str, Tensor]:
+def _scan_inputs(x: Tensor, w: Tensor, r: Tensor, layout: int, ct: str, order, lens) -> dict[str, Tensor]:
     """The input projection X·W^T of every step (time index already in each direction's order) and R^T."""
     nd, gh, inp = w.shape
     wt = te.compute((nd, inp, gh), lambda d, k, g: tir.cast(ct, w(d, g, k)), name="rnn_wt")
@@ -237,7 +304,7 @@ def _scan_inputs(x: Tensor, w: Tensor, r: Tensor, layout: int, ct: str, order) -
 
     def xp(d, t, b, g):
         k = te.reduce_axis(inp, "k")
-        row = (b, order(d, t, b), k) if layout else (order(d, t, b), b, k)
+        row = (b, order(d, t, b, lens), k) if layout else (order(d, t, b, lens), b, k)
         return te.sum(tir.cast(ct, x(*row)) * wt(d, k, g), axis=k)
 
     return {"xp": te.compute((nd, steps, batch, gh), xp, name="rnn_xp"),
@@ -261,7 +328,7 @@ def _outputs(hists, out_type, x: Tensor, layout: int, order, lens: Tensor | None
     dtype, steps = tensor_type(out_type, 0).dtype, x.shape[1] if layout else x.shape[0]
 
     def y(s, d, b, j):
-        v = tir.cast(dtype, hists[0](order(d, s, b) + 1, d, b, j))
+        v = tir.cast(dtype, hists[0](order(d, s, b, lens) + 1, d, b, j))
         return v if lens is None else tir.select(s < lens(b), v, tir.const(0, dtype))
 
     outs = [te.compute(out_dims(out_type, [x], 0), (lambda b, s, d, j: y(s, d, b, j)) if layout else y,
@@ -275,38 +342,58 @@ def _outputs(hists, out_type, x: Tensor, layout: int, order, lens: Tensor | None
     return tuple(outs)
 
 
-def _recurrent(op: str, per_dir: int, n_states: int, step) -> Callable:
+def _recurrent(op: str, gates: int, per_dir: int, n_states: int, step, split: bool = False) -> Callable:
+    """The compute of `op`: the full op (X, W, R, B, ...) or, `split`, its recurrence (XP, RT, RB, ...)."""
     def compute(attrs, inputs, out_type, consts):
-        x, w, r, bias, lens, *rest = inputs
+        if split:
+            xp, rt, rb, lens, *rest = inputs
+            x = xp
+            nd = _static(rt.shape[0], op, "the direction count")
+            hidden = _static(rt.shape[-2 if len(rt.shape) == 4 else 1], op, "hidden_size")
+        else:
+            x, w, r, bias, lens, *rest = inputs
+            nd, hidden = _static(w.shape[0], op, "the direction count"), _static(r.shape[2], op, "hidden_size")
         inits, peep = rest[:n_states], (rest[n_states] if len(rest) > n_states else None)
         ct = "float64" if x.dtype == "float64" else "float32"
         steps, batch = (x.shape[1], x.shape[0]) if attrs.layout else (x.shape[0], x.shape[1])
-        nd = _static(w.shape[0], op, "the direction count")
-        hidden = _static(r.shape[2], op, "hidden_size")
-        cell = _Cell(attrs, nd, hidden, batch, ct, _activations(op, attrs, per_dir, nd), bias is not None,
-                     lens is not None)
+        acts = _activations(op, attrs, per_dir, nd)
+        cell = _Cell(attrs, nd, hidden, gates * hidden, batch, ct, acts, lens is not None)
         clamped = None if lens is None else te.compute(
             (batch,), lambda b: tir.min_(tir.max_(tir.cast("int64", lens(b)), 0), steps), name="rnn_lens")
-        order = _time_order(attrs.direction, steps, clamped)
-        ins = _scan_inputs(x, w, r, attrs.layout, ct, order)
-        if bias is not None:
-            ins["bias"] = _cast_to(bias, ct, "rnn_bias")
+        order = _time_order(attrs.direction, steps)
+        if split:
+            ins = {"xp": _cast_to(xp, ct, "rnn_xp"), "rt": _cast_to(rt, ct, "rnn_rt")}
+            if rb is not None:
+                ins["rb"] = _cast_to(rb, ct, "rnn_rb")
+        else:
+            ins = _scan_inputs(x, w, r, attrs.layout, ct, order, clamped)
+            if bias is not None:
+                ins["bias"] = _cast_to(bias, ct, "rnn_bias")
         if clamped is not None:
             ins["lens"] = clamped
         if peep is not None:
             ins["p"] = _cast_to(peep, ct, "rnn_p")
         names = list(ins)
 
+        lanes = nd > 1  # the directions are independent recurrences: one thread's time loop each
+
         def stepfn(t, *phs):
-            return step(cell, _Step(cell, t, dict(zip(names, phs[n_states:]))), *phs[:n_states])
+            if lanes:
+                cell.lane, phs = phs[0], phs[1:]
+            step_ins = dict(zip(names, phs[n_states:]))
+            return step(cell, _Step(cell, t, step_ins, not split, order), *phs[:n_states])
 
         init = [_initial(v, (nd, batch, hidden), attrs.layout, ct, k) for k, v in enumerate(inits)]
-        hists = scan(init, stepfn, steps, list(ins.values()), schedule=schedule_step, name=op.replace(".", "_"))
+        sched = functools.partial(schedule_step, parallel=not lanes)
+        hists = scan(init, stepfn, steps, list(ins.values()), schedule=sched, name=op.replace(".", "_"), lanes=lanes)
         return _outputs(hists, out_type, x, attrs.layout, order, clamped)
 
     return compute
 
 
-register_compute("nn.rnn")(_recurrent("nn.rnn", 1, 1, _rnn_step))
-register_compute("nn.gru")(_recurrent("nn.gru", 2, 1, _gru_step))
-register_compute("nn.lstm")(_recurrent("nn.lstm", 3, 2, _lstm_step))
+register_compute("nn.rnn")(_recurrent("nn.rnn", 1, 1, 1, _rnn_step))
+register_compute("nn.gru")(_recurrent("nn.gru", 3, 2, 1, _gru_step))
+register_compute("nn.lstm")(_recurrent("nn.lstm", 4, 3, 2, _lstm_step))
+register_compute("nn.rnn_recurrence")(_recurrent("nn.rnn_recurrence", 1, 1, 1, _rnn_step, split=True))
+register_compute("nn.gru_recurrence")(_recurrent("nn.gru_recurrence", 3, 2, 1, _gru_step, split=True))
+register_compute("nn.lstm_recurrence")(_recurrent("nn.lstm_recurrence", 4, 3, 2, _lstm_step, split=True))

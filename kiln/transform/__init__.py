@@ -19,6 +19,7 @@ from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401
                                   pack_dense,
                                   normal_form,
                                   pattern,
+                                  rnn_projection,
                                   simplify_expr,
                                   simplify_inference,
 )

@@ -7,6 +7,11 @@ such splits the attention takes the 3-D tensors, and a merge of its output becom
 itself (any other reader of the 4-D output gets it split back). Trailing outputs nobody reads
 (present_key, present_value, the scores) are trimmed by the op's `outputs` attribute: no kernel
 writes them.
+
+PyTorch's nn.MultiheadAttention (sequence first, (S, B, E)) splits a batch of one as reshape (S, H, D),
+transpose (1, 0, 2), reshape (1, H, S, D), scales Q and K by positive constants (K between two
+transposes of its last axes), and merges Y by transpose (2, 0, 1, 3) and reshape (S, [1,] H * Dv): the
+same bytes as (1, S, H * D), so these become the packed form too, the constants folding into the scale.
 """
 
 from __future__ import annotations
@@ -41,7 +46,11 @@ def _swap(e: Expr) -> bool:
 
 
 def _packed(x4: Expr) -> Expr | None:
-    """X when x4 is transpose(reshape(X, (B, S, H, D)), (0, 2, 1, 3)) with X of static shape (B, S, H * D)."""
+    """X when x4 is transpose(reshape(X, (B, S, H, D)), (0, 2, 1, 3)) with X of static shape (B, S, H * D),
+    or a (1, S, H * D) reshape of X when x4 is the sequence-first split of a batch of one (_seq_first)."""
+    seq_first = _seq_first(x4)
+    if seq_first is not None:
+        return seq_first
     if not _swap(x4) or not _is(x4.args[0], "tensor.reshape"):
         return None
     x = x4.args[0].args[0]
@@ -51,12 +60,74 @@ def _packed(x4: Expr) -> Expr | None:
     return x if split[:2] == packed[:2] and split[2] * split[3] == packed[2] else None
 
 
+def _seq_first(x4: Expr) -> Expr | None:
+    """reshape(X, (1, S, H * D)) when x4 is reshape(transpose(reshape(X, (S, H, D)), (1, 0, 2)), (1, H, S, D))
+    and X holds S x H * D elements in that order ((S, 1, H * D) or (S, H * D))."""
+    if not (_is(x4, "tensor.reshape") and _is(x4.args[0], "tensor.transpose")):
+        return None
+    t = x4.args[0]
+    if t.attrs.perm is None or tuple(t.attrs.perm) != (1, 0, 2) or not _is(t.args[0], "tensor.reshape"):
+        return None
+    x = t.args[0].args[0]
+    split, shape, packed = _static(x4), _static(t.args[0]), _static(x)
+    if split is None or shape is None or packed is None or len(split) != 4 or split[0] != 1:
+        return None
+    s, h, d = shape
+    if split[1:] != (h, s, d) or packed not in ((s, 1, h * d), (s, h * d)):
+        return None
+    return get_op("tensor.reshape")(x, _shape_const((1, s, h * d)))
+
+
+def _positive_scalar(e: Expr) -> float | None:
+    if isinstance(e, Constant) and e.data.size == 1 and np.issubdtype(e.data.dtype, np.floating):
+        v = float(e.data.reshape(()))
+        return v if v > 0 and np.isfinite(v) else None
+    return None
+
+
+LAST_TWO = (0, 1, 3, 2)
+
+
+def _scaled(x4: Expr) -> tuple[Expr, float]:
+    """(x, c) when x4 is x * c, or transpose(transpose(x, last two) * c, last two), with c a positive
+    scalar constant; else (x4, 1)."""
+    e, back = x4, False
+    if _is(e, "tensor.transpose") and e.attrs.perm is not None and tuple(e.attrs.perm) == LAST_TWO:
+        e, back = e.args[0], True
+    if _is(e, "math.mul") and len(e.args) == 2:
+        c = _positive_scalar(e.args[1])
+        x = e.args[0]
+        if back:
+            if not (_is(x, "tensor.transpose") and x.attrs.perm is not None and tuple(x.attrs.perm) == LAST_TWO):
+                return x4, 1.0
+            x = x.args[0]
+        if c is not None:
+            return x, c
+    return x4, 1.0
+
+
+def _unscaled_qkv(args: tuple[Expr, ...]) -> tuple[list[Expr], float]:
+    """Q, K, V without positive scalar factors on Q and K, and the product of those factors."""
+    q, cq = _scaled(args[0])
+    k, ck = _scaled(args[1])
+    return [q, k, args[2]], cq * ck
+
+
 def _merged(e: Expr, y4: Expr) -> bool:
     """Whether e is reshape(transpose(y4, (0, 2, 1, 3)), (B, S, H * Dv))."""
     if not _is(e, "tensor.reshape") or not _swap(e.args[0]) or e.args[0].args[0] is not y4:
         return False
     shape, y = _static(e), _static(y4)
     return shape is not None and y is not None and shape == (y[0], y[2], y[1] * y[3])
+
+
+def _merged_seq_first(e: Expr, y4: Expr) -> bool:
+    """Whether e is reshape(transpose(y4, (2, 0, 1, 3)), (S, [1,] H * Dv)) with y4 of a batch of one."""
+    perm = e.args[0].attrs.perm
+    shape, y = _static(e), _static(y4)
+    if perm is None or tuple(perm) != (2, 0, 1, 3) or shape is None or y is None or y[0] != 1:
+        return False
+    return shape in ((y[2], y[1] * y[3]), (y[2], 1, y[1] * y[3]))
 
 
 def _shape_const(dims: tuple[int, ...]) -> Constant:
@@ -80,7 +151,7 @@ def _plan(call: Call, users: dict[int, list[Expr]]) -> tuple[int, list[Expr] | N
     a = call.attrs
     packed = None
     if len(call.args) <= 4 and _static(call.args[0]) is not None and len(_static(call.args[0])) == 4:
-        qkv = [_packed(x) for x in call.args[:3]]
+        qkv = [_packed(x) for x in _unscaled_qkv(call.args)[0]]
         if all(x is not None for x in qkv):
             packed = qkv
     if packed is None and keep >= a.outputs:
@@ -111,7 +182,11 @@ def attention_heads(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
             if packed is not None:
                 q4, k4 = _static(old.args[0]), _static(old.args[1])
                 attrs = dataclasses.replace(attrs, q_num_heads=q4[1], kv_num_heads=k4[1])
-                args[:3] = [x4.args[0].args[0] for x4 in new.args[:3]]  # X of the rebuilt splits
+                qkv, c = _unscaled_qkv(new.args)
+                if c != 1.0:
+                    base = attrs.scale if attrs.scale is not None else 1 / float(np.sqrt(q4[3]))
+                    attrs = dataclasses.replace(attrs, scale=base * c)
+                args[:3] = [_packed(x4) for x4 in qkv]  # X of the rebuilt splits
             return get_op("nn.attention")(*args, attrs=attrs)
         if isinstance(old, TupleGetItem) and id(old.tuple_value) in plans:
             item = TupleGetItem(new.tuple_value, old.index)
@@ -124,6 +199,9 @@ def attention_heads(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
         if _is(old, "tensor.reshape") and _swap(old.args[0]) and id(old.args[0].args[0]) in items \
                 and _merged(old, old.args[0].args[0]):
             return items[id(old.args[0].args[0])]
+        if _is(old, "tensor.reshape") and _is(old.args[0], "tensor.transpose") and id(old.args[0].args[0]) in items \
+                and _merged_seq_first(old, old.args[0].args[0]):
+            return get_op("tensor.reshape")(items[id(old.args[0].args[0])], _shape_const(_static(old)))
         return new
 
     return rewrite(fn, post)

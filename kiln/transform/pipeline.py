@@ -26,6 +26,7 @@ STANDARD = [
     "alter-op-layout",
     "to-mixed-precision",
     "fast-math",
+    "split-rnn-projection",
     "pack-dense",
     "fold-constant",
     "fuse-ops",

@@ -37,5 +37,24 @@ def _recurrent(name: str):
     return cases
 
 
+def _recurrence(name: str):
+    """nn.*_recurrence cases: the full op's cases with X·W^T + Wb precomputed; R^T in panels of 4 gate
+    rows (zero-padded when the gates do not fill the last) or, for the first case, plain."""
+    def cases(rng):
+        from kiln.transform.rnn_projection import pack_panels
+
+        out = []
+        for k, (attrs, arrays, _) in enumerate(_recurrent(name)(rng)):
+            x, w, r, b, *rest = arrays
+            nd, gh = w.shape[:2]
+            xs = x.swapaxes(0, 1) if attrs.layout else x
+            xp = np.concatenate([xs @ w[d].T + b[d, :gh] for d in range(nd)], axis=-1).astype(x.dtype)
+            rt = r.transpose(0, 2, 1).copy() if k == 0 else pack_panels(r, 4)
+            out.append((attrs, [xp.swapaxes(0, 1).copy() if attrs.layout else xp, rt, b[:, gh:], *rest], ()))
+        return out
+
+    return cases
+
+
 def RNN_CASES() -> dict:
-    return {name: _recurrent(name) for name in GATES}
+    return {**{name: _recurrent(name) for name in GATES}, **{f"{name}_recurrence": _recurrence(name) for name in GATES}}
