@@ -1,8 +1,8 @@
 """Default schedules for any fused group: correct for every compute, parallel and vectorizable.
 
 Injective producers are inlined into their consumers; every remaining stage runs its outer
-data-parallel axes fused and split so that the outer part is a parallel loop and a short inner
-part is vectorized when its extent is static. Reductions keep their reduce axes innermost.
+data-parallel axes fused into a parallel loop and its innermost axis vectorized when its extent is
+static: a row of up to WHOLE_ROW as one simd loop, a longer one split into vectors. Reductions keep their reduce axes innermost.
 Target-specific schedules (x86 GEMM, conv) override this per anchor operator. The vector width,
 the parallel threshold and the unrolling of the vector loop's parent are knobs (kiln.topi.knobs):
 the constants below are their defaults, which the tuner may beat per workload.
@@ -19,10 +19,12 @@ from kiln.topi.knobs import knob
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
-# an innermost axis up to this long that the vector does not divide stays whole (a simd loop with a
-# remainder) instead of split with a ragged last vector: its index then stays provably below its
-# extent, so reshapes and transposes of it simplify (a 28-wide channel shuffle: 26 -> 0.35 ns/element)
+# an innermost axis up to this long stays whole (one simd loop, with a remainder when the vector does
+# not divide it) instead of split into vectors fused with the outer axes: its index then stays
+# provably below its extent, so reshapes and transposes of it simplify (a 28-wide channel shuffle:
+# 26 -> 0.35 ns/element), and the outer index is divided once per row, not once per vector
 WHOLE_ROW = 64
+PARALLEL_ROWS = 16  # a longer row is split into vectors; with this many rows they stay inside the row loop
 NEVER_PARALLEL = 1 << 62
 
 
@@ -31,8 +33,12 @@ def _static(e: tir.PrimExpr) -> int | None:
 
 
 def _size(stage: Stage) -> int | None:
+    return _size_of(stage.op.axis)
+
+
+def _size_of(axes) -> int | None:
     n = 1
-    for iv in stage.op.axis:
+    for iv in axes:
         ext = _static(iv.dom.extent)
         if ext is None:
             return None
@@ -68,13 +74,15 @@ def _loop_nest(stage: Stage) -> None:
     reduce = bool(stage.op.reduce_axis)
     inner_ext = _static(axes[-1].dom.extent)
     vec = unrolled = None
-    if not reduce and vector > 1 and inner_ext is not None and vector < inner_ext <= WHOLE_ROW and inner_ext % vector:
-        vec, axes = axes[-1], axes[:-1]  # a short row that the vector does not divide: one simd loop over it
+    if not reduce and vector > 1 and inner_ext is not None and vector < inner_ext <= WHOLE_ROW:
+        vec, axes = axes[-1], axes[:-1]  # a short row: one simd loop over it
     elif not reduce and vector > 1 and inner_ext is not None and inner_ext >= vector:
         outer_i, vec = stage.split(axes[-1], factor=vector)
         if unroll > 1 and inner_ext >= vector * unroll:
             outer_i, unrolled = stage.split(outer_i, factor=unroll)
-        axes = axes[:-1] + [outer_i]
+        rows = _size_of(axes[:-1])
+        # enough rows to share: the row's vectors stay a serial loop inside (one division per row)
+        axes = axes[:-1] if rows is not None and rows >= PARALLEL_ROWS else axes[:-1] + [outer_i]
     if not axes:  # a 1-D row of at most WHOLE_ROW elements
         stage.vectorize(vec)
         return

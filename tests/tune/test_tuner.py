@@ -45,7 +45,7 @@ def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
 def test_a_build_uses_the_recorded_config_and_computes_the_same(executor):
     model = tiny_model()
     tasks = extract_tasks(fuse(kiln.from_onnx(model)))
-    odd = {t.key: {**t.default_config, "generic.vector": 4, "generic.unroll": 2, "generic.parallel_min": 1 << 10}
+    odd = {t.key: {**t.default_config, "generic.vector": 1, "generic.unroll": 2, "generic.parallel_min": 1 << 10}
            for t in tasks}
     same = {t.key: t.default_config for t in tasks}
     plain = kiln.build(model, executor=executor)
