@@ -258,6 +258,8 @@ def test_padded_alter_crops_at_the_edge() -> None:
 
 def test_config_errors() -> None:
     mod = parse(CHAIN)
+    with pytest.raises(ValueError, match="pad_channels"):
+        run_pass(alter_op_layout, mod, config={"alter_op_layout.pad_channels": "yes"})
     for bad in ({"nn.conv": ("NCHW8c", "default")}, {"nn.conv": ("NHWC", "OIHW8o")}, {"nn.conv": ("NCHW", "HWIO")}):
         with pytest.raises(ValueError):
             run_pass(convert_layout, mod, config={"convert_layout.desired": bad})
@@ -266,6 +268,8 @@ def test_config_errors() -> None:
 def test_choose_block() -> None:
     assert [choose_block(c, 8, False) for c in (1, 3, 8, 12, 13, 16, 64)] == [1, 3, 8, 6, 1, 8, 8]
     assert [choose_block(c, 8, True) for c in (1, 3, 8, 12, 13)] == [1, 3, 8, 8, 8]
+    # "auto": padded where that adds at most an eighth (58 -> 64, 255 -> 256), else a divisor
+    assert [choose_block(c, 8, "auto") for c in (3, 13, 20, 58, 100, 116, 255)] == [3, 1, 5, 8, 8, 8, 8]
 
 
 # ---------------------------------------------------------------------------------------------
