@@ -91,11 +91,11 @@ def test_blocked_depthwise_matches_interpreter(claimed, xs, attrs):
     assert "schedule_conv_nchwc" in claimed
 
 
-def test_grouped_conv_stays_nchw():
+def test_grouped_conv_is_blocked_inside_its_groups():
     x = Var("x", TensorType((1, 8, 10, 10), F32))
     cm = _check([x], _conv(x, (12, 4, 3, 3), group=2, pads=(1, 1, 1, 1)),
                 {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)})
-    assert "nn.conv2d_nchwc" not in op_names(cm.mod)
+    assert "nn.conv2d_nchwc" in op_names(cm.mod) and "nn.conv" not in op_names(cm.mod)
 
 
 def test_residual_block_with_symbolic_batch(claimed):
