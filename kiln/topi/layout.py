@@ -133,7 +133,10 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
             _cast(acc, w(m, c.var, ry.var, rx.var, ci.var, mc))
         return te.sum(v, [c, ry, rx, ci])
 
-    y = te.compute((xs[0], oco, out[0], out[1], ocb), f, name="conv_acc")
+    # per_group: the schedule splits the output blocks by it first, so that one tile's blocks share one group's
+    # input index (else the index differs per block and gcc loads every broadcast once per block)
+    y = te.compute((xs[0], oco, out[0], out[1], ocb), f, name="conv_acc",
+                   attrs={"per_group": per_group} if group > 1 else None)
 
     def finish(n, m, oy, ox, mc):
         v = y(n, m, oy, ox, mc)
@@ -153,7 +156,7 @@ def _depthwise(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, xp: te.Tensor, s
             _cast(acc, w(m, 0, ry.var, rx.var, 0, mc))
         return te.sum(v, [ry, rx])
 
-    y = te.compute((x.shape[0],) + shape, f, name="depthwise_acc")
+    y = te.compute((x.shape[0],) + shape, f, name="depthwise_acc", attrs={"stride_w": sw})
 
     def finish(n, m, oy, ox, mc):
         v = y(n, m, oy, ox, mc)
