@@ -12,7 +12,9 @@ from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.reduction import reduce_compute
 from kiln.topi.registry import broadcast_load, register_compute
-from kiln.topi.x86_rowwise import eligible as rowwise_eligible, layer_norm_rows
+from kiln.topi.schedule_anchor import static
+from kiln.topi.x86_rowwise import (eligible as rowwise_eligible, group_norm_rows, instance_eligible, instance_norm_rows,
+                                   layer_norm_rows)
 
 
 def _stash(x_dtype: str, stash: str = "float32") -> str:
@@ -94,6 +96,8 @@ def _standardized(x: te.Tensor, axes: Sequence[int], eps: float, dtype: str):
 def _instance_norm(attrs, inputs, out_type, consts):
     x, scale, b = inputs[:3]
     w = _stash(x.dtype)
+    if instance_eligible(x, w):  # static images: vectorized lanes, rows in parallel (x86_rowwise)
+        return instance_norm_rows(x, scale, b, attrs.epsilon, w)
     axes = tuple(range(2, x.ndim))
     mean, inv = _standardized(x, axes, attrs.epsilon, w)
 
@@ -155,6 +159,8 @@ def _group_norm(attrs, inputs, out_type, consts):
     x, scale, bias = inputs[:3]
     sd = attrs.stash_type
     g = attrs.num_groups
+    if static(x.shape[1]) is not None and instance_eligible(x, sd):  # vectorized lanes (x86_rowwise)
+        return group_norm_rows(x, scale, bias, g, attrs.epsilon, sd)
     c = x.shape[1]
     cg = c // g
     grouped = te.compute((x.shape[0], tir.const(g), cg) + tuple(x.shape[2:]),

@@ -5,10 +5,12 @@ from kiln.tir.transform.loop_partition import loop_partition
 from kiln.tir.transform.simplify import simplify
 from kiln.tir.transform.storage_flatten import storage_flatten
 from kiln.tir.transform.unroll import unroll
+from kiln.tir.transform.unswitch import unswitch
 from kiln.tir.transform.vectorize import vectorize
 
 # unroll before vectorize: an unrolled loop inside a vectorized one becomes straight-line stores
-LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, simplify)
+LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, unswitch,
+                  simplify)
 
 
 def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
@@ -21,4 +23,5 @@ def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
     return func
 
 
-__all__ = ["LOWER_PIPELINE", "loop_partition", "lower_passes", "simplify", "storage_flatten", "unroll", "vectorize"]
+__all__ = ["LOWER_PIPELINE", "loop_partition", "lower_passes", "simplify", "storage_flatten", "unroll", "unswitch",
+           "vectorize"]
