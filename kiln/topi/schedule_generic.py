@@ -2,10 +2,10 @@
 
 Injective producers are inlined into their consumers; every remaining stage runs its outer
 data-parallel axes fused into a parallel loop and its innermost axis vectorized when its extent is
-static: a row of up to WHOLE_ROW as one simd loop, a longer one split into vectors. Reductions keep their reduce axes innermost.
-Target-specific schedules (x86 GEMM, conv) override this per anchor operator. The vector width,
-the parallel threshold and the unrolling of the vector loop's parent are knobs (kiln.topi.knobs):
-the constants below are their defaults, which the tuner may beat per workload.
+static: a row of up to WHOLE_ROW as one simd loop, a longer one split into vectors. Reductions keep
+their reduce axes innermost. Target-specific schedules (x86 GEMM, conv) override this per anchor
+operator. The vector width, the parallel threshold and the unrolling of the vector loop's parent are
+knobs (kiln.topi.knobs): the constants below are their defaults, which the tuner may beat per workload.
 """
 
 from __future__ import annotations
