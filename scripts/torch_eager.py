@@ -55,6 +55,11 @@ OPS: dict[str, Callable[..., Any]] = {
     "Add": lambda t, x, y: x + y,
     "Mul": lambda t, x, y: x * y,
     "Relu": lambda t, x: t.relu(x),
+    "Sigmoid": lambda t, x: t.sigmoid(x),
+    "Tanh": lambda t, x: t.tanh(x),
+    "Pow": lambda t, x, y: t.pow(x, y),
+    "Where": lambda t, c, x, y: t.where(c, x, y),
+    "Split": lambda t, x, sizes=None, **a: t.split(x, [int(v) for v in sizes], a.get("axis", 0)),
     "Erf": lambda t, x: t.erf(x),
     "Identity": lambda t, x: x,
     "Clip": lambda t, x, lo=None, hi=None: t.clamp(x, None if lo is None else float(lo),
@@ -102,5 +107,6 @@ class EagerReplay:
                 args = [env[i] if i else None for i in ins]
                 if op in ("Reshape",):
                     args[1] = args[1].numpy()
-                env[outs[0]] = OPS[op](t, *args, **attrs)
+                y = OPS[op](t, *args, **attrs)
+                env.update(zip(outs, y) if isinstance(y, tuple) else [(outs[0], y)])
         return [env[o].numpy() for o in self.outputs]
