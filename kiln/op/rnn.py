@@ -84,6 +84,20 @@ def _dims_agree(a: Dim, b: Dim) -> bool:
     return not (isinstance(a, int) and isinstance(b, int) and a != b)
 
 
+def _states_and_outputs(types, first: int, states, peepholes: bool, dims: tuple, dtype: str,
+                        layout: int) -> TupleType:
+    """Check the initial states (and peepholes) from input `first` on; the (Y, states...) output type.
+    dims: (batch, seq, directions, hidden)."""
+    batch, seq, nd, hidden = dims
+    state = (batch, nd, hidden) if layout else (nd, batch, hidden)
+    for i, name in enumerate(states):
+        _expect(_opt(types, first + i), state, name, dtype)
+    if peepholes:
+        _expect(_opt(types, first + len(states)), (nd, _mul(3, hidden)), "P", dtype)
+    y = (batch, seq, nd, hidden) if layout else (seq, nd, batch, hidden)
+    return TupleType((TensorType(y, dtype),) + (TensorType(state, dtype),) * len(states))
+
+
 def _expect(t: TensorType | None, shape: tuple[Dim, ...], what: str, dtype: str | None = None) -> None:
     """Check an optional input's dtype, rank and statically known dims."""
     if t is None:
@@ -124,13 +138,7 @@ def _recurrent_rel(gates: int, states: tuple[str, ...], peepholes: bool = False)
         _expect(r, (nd, gh, hidden), "R", x.dtype)
         _expect(_opt(types, 3), (nd, _mul(2, gh)), "B", x.dtype)
         _expect(_opt(types, 4), (batch,), "sequence_lens", "int32")
-        state = (batch, nd, hidden) if attrs.layout else (nd, batch, hidden)
-        for i, name in enumerate(states):
-            _expect(_opt(types, 5 + i), state, name, x.dtype)
-        if peepholes:
-            _expect(_opt(types, 5 + len(states)), (nd, _mul(3, hidden)), "P", x.dtype)
-        y = (batch, seq, nd, hidden) if attrs.layout else (seq, nd, batch, hidden)
-        return TupleType((TensorType(y, x.dtype),) + (TensorType(state, x.dtype),) * len(states))
+        return _states_and_outputs(types, 5, states, peepholes, (batch, seq, nd, hidden), x.dtype, attrs.layout)
 
     return rel
 
@@ -350,13 +358,7 @@ def _recurrence_rel(gates: int, states: tuple[str, ...], peepholes: bool = False
         _expect(rt, rt.shape, "RT", xp.dtype)
         _expect(_opt(types, 2), (nd, gh), "RB", xp.dtype)
         _expect(_opt(types, 3), (batch,), "sequence_lens", "int32")
-        state = (batch, nd, hidden) if attrs.layout else (nd, batch, hidden)
-        for i, name in enumerate(states):
-            _expect(_opt(types, 4 + i), state, name, xp.dtype)
-        if peepholes:
-            _expect(_opt(types, 4 + len(states)), (nd, _mul(3, hidden)), "P", xp.dtype)
-        y = (batch, seq, nd, hidden) if attrs.layout else (seq, nd, batch, hidden)
-        return TupleType((TensorType(y, xp.dtype),) + (TensorType(state, xp.dtype),) * len(states))
+        return _states_and_outputs(types, 4, states, peepholes, (batch, seq, nd, hidden), xp.dtype, attrs.layout)
 
     return rel
 
