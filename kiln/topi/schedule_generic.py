@@ -74,8 +74,10 @@ def _loop_nest(stage: Stage) -> None:
     reduce = bool(stage.op.reduce_axis)
     inner_ext = _static(axes[-1].dom.extent)
     vec = unrolled = None
-    if not reduce and vector > 1 and inner_ext is not None and vector < inner_ext <= WHOLE_ROW:
+    if not reduce and vector > 1 and inner_ext is not None and vector <= inner_ext <= WHOLE_ROW:
         vec, axes = axes[-1], axes[:-1]  # a short row: one simd loop over it
+        if len(axes) > 1 and (_size_of(axes[:-1]) or 0) >= PARALLEL_ROWS:
+            axes = axes[:-1]  # and the next axis out a plain loop around it (W of a blocked W x c row)
     elif not reduce and vector > 1 and inner_ext is not None and inner_ext >= vector:
         outer_i, vec = stage.split(axes[-1], factor=vector)
         if unroll > 1 and inner_ext >= vector * unroll:

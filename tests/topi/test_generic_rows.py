@@ -5,6 +5,8 @@ odd widths around the vector and the WHOLE_ROW limit."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -38,3 +40,15 @@ def test_channel_shuffle_matches_numpy(w):
     np.testing.assert_array_equal(compiled.run({"x": x})[0], want)
     if 8 < w <= WHOLE_ROW and w % 8:
         assert "kiln_min_i64" not in _kernels(compiled)  # one whole row: no ragged vector bound
+
+
+def test_blocked_rows_keep_their_width_loop_plain():
+    """A concat of two NCHW8c tensors: the 8-lane channel block is the row, the width (a prime, 13) a
+    plain loop around it inside the parallel (n, c, h) loop: no division per vector."""
+    xs = [Var(f"x{i}", TensorType((1, 3, 5, 13, 8), "float32")) for i in range(2)]
+    y = get_op("nn.relu")(get_op("tensor.concat")(*xs, axis=1))
+    compiled = kiln.build(IRModule({"main": Function(tuple(xs), y)}), executor="aot")
+    rng = np.random.default_rng(0)
+    feeds = {x.name: rng.standard_normal((1, 3, 5, 13, 8)).astype(np.float32) for x in xs}
+    np.testing.assert_array_equal(compiled.run(feeds)[0], np.maximum(np.concatenate([feeds["x0"], feeds["x1"]], 1), 0))
+    assert re.search(r"for \(int64_t \w+ = 0LL; \w+ < 13LL; \+\+\w+\)", _kernels(compiled))
