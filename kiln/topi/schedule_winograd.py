@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln.te.schedule import Schedule, Stage, create_schedule
-from kiln.te.tensor import ComputeOp, Tensor
+from kiln.te.tensor import ComputeOp, IterVar, Tensor
 from kiln.topi.schedule_anchor import data_size, inline_injective, is_pad, parallel_outer
 from kiln.topi.schedule_transform import row_nest
 from kiln.topi.winograd import KERNEL
@@ -27,6 +27,14 @@ def _winograd_stage(s: Schedule, name: str) -> Stage | None:
 
 def _attr(st: Stage, key: str) -> int:
     return dict(st.op.attrs)[key]
+
+
+def _tile_nest(st: Stage, outer: Sequence[IterVar], tile: Sequence[IterVar], vector: IterVar) -> None:
+    """The outer loops fused and parallel, one tile's loops unrolled, the channel block the vector."""
+    parallel_outer(st, outer, data_size(st))
+    for iv in tile:
+        st.unroll(iv)
+    st.vectorize(vector)
 
 
 def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
@@ -45,18 +53,13 @@ def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
     if rows is not None:  # d B of every padded row at the root: each row sum computed once
         rows.compute_root()
         rn, rb, ry, ru, rj, rc = rows.op.axis
-        parallel_outer(rows, [rn, rb, ry], data_size(rows))
-        rows.unroll(rj)
-        rows.vectorize(rc)
+        _tile_nest(rows, [rn, rb, ry], [rj], rc)
     n, q, t, u, c = out.op.axis
     alpha = _attr(out, "tile") + KERNEL - 1
     qo, cb = out.split(q, _attr(out, "blocks"))
     i, j = out.split(qo, alpha)
     out.reorder(n, cb, t, u, i, j, c)
-    parallel_outer(out, [n, cb, t], data_size(out))
-    out.unroll(i)
-    out.unroll(j)
-    out.vectorize(c)
+    _tile_nest(out, [n, cb, t], [i, j], c)
     return s
 
 
@@ -75,17 +78,11 @@ def schedule_winograd_output(outputs: Sequence[Tensor]) -> Schedule | None:
     to, yi = out.split(y, m)
     uo, xi = out.split(x, m)
     out.reorder(n, o, to, uo, yi, xi, k)
-    parallel_outer(out, [n, o, to], data_size(out))
-    out.unroll(yi)
-    out.unroll(xi)
-    out.vectorize(k)
+    _tile_nest(out, [n, o, to], [yi, xi], k)
     if cols is not None:  # M A of every tile at the root: each column sum computed once, not once per row
         # NOTE: attached at the tile loop, bound inference cannot see through oy // m: it would compute every tile
         cols.compute_root()
         cn, co, ct, cu, cr, cx, ck = cols.op.axis
-        parallel_outer(cols, [cn, co, ct], data_size(cols))
-        cols.unroll(cr)
-        cols.unroll(cx)
-        cols.vectorize(ck)
+        _tile_nest(cols, [cn, co, ct], [cr, cx], ck)
     return s
 
