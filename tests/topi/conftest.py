@@ -3,9 +3,15 @@ schedule and the knobs under test) and a record of which anchor schedules claime
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import kiln.topi.schedule_dispatch as dispatch
+
+# the marks of a schedule test: it needs gcc, and lowers every group afresh (fresh_cache below)
+SCHEDULE_TEST = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
+                 pytest.mark.usefixtures("fresh_cache")]
 
 
 def recording(fn, names: list[str]):

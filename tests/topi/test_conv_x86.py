@@ -5,8 +5,6 @@ fused epilogues, blocked pooling and every tile-size knob."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -20,10 +18,9 @@ from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import STEM_ACCUMULATORS, default_tiles
 from kiln.transform import PassContext
 from tests.helpers import op_names
+from tests.topi.conftest import SCHEDULE_TEST
 
-# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
-pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
-              pytest.mark.usefixtures("fresh_cache")]
+pytestmark = SCHEDULE_TEST
 F32 = "float32"
 rng = np.random.default_rng(0)
 

@@ -4,8 +4,6 @@ blocks (up to 28 accumulators), the stem's 16, and each tile knob's other choice
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -16,10 +14,9 @@ from kiln.codegen.c_source import generate
 from kiln.runtime.executor import build, fuse, lower_groups
 from kiln.topi.knobs import applying
 from kiln.transform import PassContext
+from tests.topi.conftest import SCHEDULE_TEST
 
-# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
-pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
-              pytest.mark.usefixtures("fresh_cache")]
+pytestmark = SCHEDULE_TEST
 F32 = "float32"
 rng = np.random.default_rng(1)
 

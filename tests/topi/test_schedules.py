@@ -4,18 +4,15 @@ generic one."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
 import kiln
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
+from tests.topi.conftest import SCHEDULE_TEST
 
-# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
-pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
-              pytest.mark.usefixtures("fresh_cache")]
+pytestmark = SCHEDULE_TEST
 F32 = "float32"
 rng = np.random.default_rng(0)
 

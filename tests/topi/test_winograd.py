@@ -4,8 +4,6 @@ interpreter on odd shapes (primes, 1x1 maps, channel blocks below 8, padding 0/1
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -20,10 +18,9 @@ from kiln.runtime.executor import build
 from kiln.transform import PassContext
 from kiln.transform.layout_rules import transform
 from tests.helpers import op_names
+from tests.topi.conftest import SCHEDULE_TEST
 
-# every group is lowered afresh (tests/topi/conftest.py: a kernel-cache hit skips the schedule)
-pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
-              pytest.mark.usefixtures("fresh_cache")]
+pytestmark = SCHEDULE_TEST
 F32 = "float32"
 rng = np.random.default_rng(0)
 
