@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.build import CompiledModel, TensorInfo, build
+from kiln.codegen import openmp_env
 from kiln.errors import InputError, KilnError
 
 # onnxruntime's spelling of tensor element types
@@ -85,6 +86,7 @@ def _omp_set_num_threads(library: Any) -> Any:
         return None
     fn = getattr(library.lib, "omp_set_num_threads", None)
     if fn is None:
+        openmp_env.configure()
         name = ctypes.util.find_library("gomp")
         fn = getattr(ctypes.CDLL(name), "omp_set_num_threads", None) if name else None
     return fn

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.codegen import openmp_env
 from kiln.codegen.c_source import FuncInfo
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
@@ -260,6 +261,7 @@ class LoadedLibrary:
 
     def __init__(self, path: Path):
         self.path = path.resolve()
+        openmp_env.configure()
         try:
             self.lib = ctypes.CDLL(str(self.path))
         except OSError as e:
