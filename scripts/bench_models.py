@@ -3,7 +3,7 @@ Runtime vs PyTorch eager on resnet18, resnet50, mobilenet_v2, a BERT-style encod
 384, 12 heads, seq 128) and a 784-1024-1024-10 MLP (and, when asked, EfficientNet-B0 and a GPT-style
 decoder), at each batch size and thread count asked for.
 
-Engines take turns (kiln.bench.alternate: untimed runs for 20 ms, then --burst timed runs of each, repeated)
+Engines take turns (kiln.bench.alternate: untimed runs for 100 ms, then --burst timed runs of each, repeated)
 so machine noise hits them alike and no engine is timed against another's spinning threads; the table
 gives medians, p90, Kiln/ORT ratios, achieved GFLOP/s (conv/matmul/gemm work) and the percentage of
 this machine's FP32 FMA peak, measured in the same run (scripts/machine_limits.py). Every engine's
@@ -151,7 +151,7 @@ def main() -> None:
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--burst", type=int, default=5, help="timed runs per turn (after 20 ms of untimed runs)")
+    p.add_argument("--burst", type=int, default=5, help="timed runs per turn (after 100 ms of untimed runs)")
     p.add_argument("--opt-level", type=int, default=3)
     p.add_argument("--records", help="tuning records (kiln tune): also benchmark the tuned build")
     p.add_argument("--json", help="write every number here")
