@@ -46,8 +46,10 @@ def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: floa
     steady state, as when it serves alone, while the turns still spread machine noise over all
     engines. Measured: Kiln's mobilenet_v2 runs in the first 50-60 ms after ONNX Runtime's took
     10.2-10.8 ms, later ones 6.8 ms (none slower with ORT's spinning off); with 20 ms turns Kiln's
-    median was 10.3 ms, with 100 ms turns 6.95 ms. Stops early (after at least 5 turns) once `deadline_s` seconds have passed, so that one
-    slow engine cannot hold the whole benchmark.
+    median was 10.3 ms, with 100 ms turns 6.95 ms.
+
+    Stops early (after at least 5 turns) once `deadline_s` seconds have passed, so that one slow
+    engine cannot hold the whole benchmark.
     """
     if runs < 1 or burst < 1:
         raise ValueError(f"runs and burst must be >= 1, got {runs} and {burst}")
