@@ -57,17 +57,33 @@ def canon(e: PrimExpr) -> PrimExpr:
     """The linear normal form of an integer scalar expression (others are returned as they are)."""
     if is_float(e.dtype) or lanes_of(e.dtype) > 1 or e.dtype == "bool" or isinstance(e, (IntImm, Var)):
         return e
-    terms, c = _linear(e)
+    return _from_linear(*_linear(e), e.dtype)
+
+
+def _from_linear(terms: dict[PrimExpr, int], c: int, dtype: str) -> PrimExpr:
     out: PrimExpr | None = None
     for atom, k in terms.items():
-        term = atom if abs(k) == 1 else atom * IntImm(abs(k), e.dtype)
+        term = atom if abs(k) == 1 else atom * IntImm(abs(k), dtype)
         if out is None:
-            out = term if k > 0 else IntImm(0, e.dtype) - term
+            out = term if k > 0 else IntImm(0, dtype) - term
         else:
             out = out + term if k > 0 else out - term
     if out is None:
-        return IntImm(c, e.dtype)
-    return out if c == 0 else (out + IntImm(c, e.dtype) if c > 0 else out - IntImm(-c, e.dtype))
+        return IntImm(c, dtype)
+    return out if c == 0 else (out + IntImm(c, dtype) if c > 0 else out - IntImm(-c, dtype))
+
+
+def _mod_reduced(a: PrimExpr, c: int) -> PrimExpr:
+    """`a` without the linear terms whose coefficient c divides, and its constant taken mod c: the
+    same value mod c. A blocked index (block * c + lane) % c then bounds to the lane alone, not to
+    [0, c): bound inference gives a compute_at producer one block per iteration, not all of them."""
+    if is_float(a.dtype) or lanes_of(a.dtype) > 1 or a.dtype == "bool":
+        return a
+    terms, k = _linear(a)
+    kept = {atom: v for atom, v in terms.items() if v % c}
+    if len(kept) == len(terms) and 0 <= k < c:
+        return a
+    return _from_linear(kept, k % c, a.dtype)
 
 
 def const_value(e: PrimExpr) -> int | None:
@@ -99,6 +115,9 @@ def bound(e: PrimExpr, dom: dict[Var, Interval]) -> Interval | None:
         if c is None or c <= 0:
             return None
         if isinstance(e, FloorMod):
+            reduced = _mod_reduced(e.a, c)
+            if reduced is not e.a:
+                return bound(_fold(FloorMod(reduced, e.b)), dom)
             return IntImm(0, e.dtype), IntImm(c - 1, e.dtype)
     ba, bb = bound(e.a, dom), bound(e.b, dom)
     if ba is None or bb is None:

@@ -152,3 +152,28 @@ def test_transform_knobs(config):
     y = get_op("nn.relu")(get_op("nn.conv")(x, _w(16, 8, 3, 3), _w(16), pads=(1, 1, 1, 1)))
     with applying(config):
         _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)}, {"alter_op_layout.winograd": True})
+
+
+def _input_transform(cm) -> str:
+    code = cm.library.source.code
+    bodies = code[code.index("kiln:unit"):].split("KILN_BODY int32_t kiln_body_")
+    found = [b for b in bodies if "winograd_rows" in b]
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.parametrize("per_tile_row", [True, False])
+def test_input_transform_makes_its_rows_per_tile_row(per_tile_row):
+    """By default the padded rows and their row sums are made per (channel block, tile row), on the
+    stack, inside the transform's one parallel loop; the other form makes each stage at the root, in a
+    heap buffer and, when it is big enough, a parallel loop of its own (another partition of the rows)."""
+    from kiln.topi.knobs import applying
+
+    xs = (1, 16, 28, 28)
+    x = Var("x", TensorType(xs, F32))
+    y = get_op("nn.relu")(get_op("nn.conv")(x, _w(16, 16, 3, 3), _w(16), pads=(1, 1, 1, 1)))
+    with applying({"winograd.rows_per_tile_row": per_tile_row}):
+        cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)}, {"alter_op_layout.winograd": True})
+    body = _input_transform(cm)
+    assert (body.count("#pragma omp parallel") == 1) is per_tile_row
+    assert ("kiln_alloc" in body) is not per_tile_row
