@@ -36,12 +36,14 @@ def _attr(st: Stage, key: str) -> int:
     return dict(st.op.attrs)[key]
 
 
-def _tile_nest(st: Stage, outer: Sequence[IterVar], tile: Sequence[IterVar], vector: IterVar) -> None:
-    """The outer loops fused and parallel, one tile's loops unrolled, the channel block the vector."""
-    parallel_outer(st, outer, data_size(st))
+def _tile_nest(st: Stage, outer: Sequence[IterVar], tile: Sequence[IterVar], vector: IterVar) -> IterVar:
+    """The outer loops fused and parallel (returned), one tile's loops unrolled, the channel block the
+    vector."""
+    fused = parallel_outer(st, outer, data_size(st))
     for iv in tile:
         st.unroll(iv)
     st.vectorize(vector)
+    return fused
 
 
 def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
@@ -59,10 +61,7 @@ def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
     qo, cb = out.split(q, _attr(out, "blocks"))
     i, j = out.split(qo, alpha)
     out.reorder(n, cb, t, u, i, j, c)
-    row = parallel_outer(out, [n, cb, t], data_size(out))
-    for iv in (i, j):
-        out.unroll(iv)
-    out.vectorize(c)
+    row = _tile_nest(out, [n, cb, t], [i, j], c)
     local = rows is not None and knob("winograd.rows_per_tile_row", (False, True), True)
     for st in producers:
         if local and is_pad(st):  # the padded rows of one tile row, made where they are read
