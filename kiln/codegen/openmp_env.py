@@ -19,7 +19,7 @@ process per setting; ORT 1.31 in the same conditions):
 On an idle machine the two settings were within noise: resnet50 33.5-35.8 ms, mobilenet_v2 3.8-4.0 ms,
 the MLP 50-57 us either way. About 1000 pauses (25 us) covers the gap between two kernels of one AOT
 run, so an idle machine keeps its threads awake. With fewer spins the threads sleep inside a run:
-300 spins cost mobilenet_v2 5-15%, 100 spins 45%. Values between 3000 and 10000 were the worst under
+300 spins cost mobilenet_v2 6-23%, 100 spins 48-60%. Values between 3000 and 10000 were the worst under
 load: a thread spins long enough to lose its core, but not long enough to bridge a slice.
 
 libgomp reads GOMP_SPINCOUNT once, when the process first loads it. So the setting is made before Kiln
