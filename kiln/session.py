@@ -86,9 +86,8 @@ def _omp_set_num_threads(library: Any) -> Any:
         return None
     fn = getattr(library.lib, "omp_set_num_threads", None)
     if fn is None:
-        openmp_env.configure()
         name = ctypes.util.find_library("gomp")
-        fn = getattr(ctypes.CDLL(name), "omp_set_num_threads", None) if name else None
+        fn = getattr(openmp_env.load_library(name), "omp_set_num_threads", None) if name else None
     return fn
 
 

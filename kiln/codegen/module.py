@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.codegen import openmp_env
 from kiln.codegen.c_source import CSource, FuncInfo, generate
 from kiln.codegen.c_types import is_float_value
 from kiln.codegen.cache import CompileCache
-from kiln.codegen import openmp_env
 from kiln.codegen.compiler import FLAGS
 from kiln.errors import InputError, KernelError
 from kiln.ir.dtype import to_numpy
@@ -52,8 +52,7 @@ def build(funcs: Sequence[PrimFunc], name: str = "module", *, cc: str = "gcc",
 class CModule:
     def __init__(self, name: str, source: CSource, path: Path):
         self.name, self.source, self.path = name, source, path
-        openmp_env.configure()
-        self.lib = ctypes.CDLL(str(path))
+        self.lib = openmp_env.load_library(path)
 
     def get_function(self, name: str) -> CFunction:
         if name not in self.source.functions:

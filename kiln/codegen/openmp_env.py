@@ -29,11 +29,19 @@ runtime already loaded into the process has read.
 
 from __future__ import annotations
 
+import ctypes
 import os
+from collections.abc import MutableMapping
 
 SPIN_COUNT = 1000
 
 
-def configure() -> None:
-    """Set Kiln's spin count for libgomp, unless the environment already has one."""
-    os.environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
+def configure(env: MutableMapping[str, str] = os.environ) -> None:
+    """Set Kiln's spin count for libgomp in `env` (the process's, or a child's), unless it has one."""
+    env.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
+
+
+def load_library(path: str | os.PathLike) -> ctypes.CDLL:
+    """A library that may link libgomp (a kernel library, libgomp itself), loaded after configure()."""
+    configure()
+    return ctypes.CDLL(str(path))

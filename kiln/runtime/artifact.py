@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import ctypes
 import hashlib
 import json
 import os
@@ -261,9 +260,8 @@ class LoadedLibrary:
 
     def __init__(self, path: Path):
         self.path = path.resolve()
-        openmp_env.configure()
         try:
-            self.lib = ctypes.CDLL(str(self.path))
+            self.lib = openmp_env.load_library(self.path)
         except OSError as e:
             raise ArtifactError(f"{path} cannot be loaded ({e})") from None
 

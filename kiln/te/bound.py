@@ -55,9 +55,13 @@ def _fold(e: PrimExpr) -> PrimExpr:
 
 def canon(e: PrimExpr) -> PrimExpr:
     """The linear normal form of an integer scalar expression (others are returned as they are)."""
-    if is_float(e.dtype) or lanes_of(e.dtype) > 1 or e.dtype == "bool" or isinstance(e, (IntImm, Var)):
+    if not _integer_scalar(e) or isinstance(e, (IntImm, Var)):
         return e
     return _from_linear(*_linear(e), e.dtype)
+
+
+def _integer_scalar(e: PrimExpr) -> bool:
+    return not (is_float(e.dtype) or lanes_of(e.dtype) > 1 or e.dtype == "bool")
 
 
 def _from_linear(terms: dict[PrimExpr, int], c: int, dtype: str) -> PrimExpr:
@@ -77,7 +81,7 @@ def _mod_reduced(a: PrimExpr, c: int) -> PrimExpr:
     """`a` without the linear terms whose coefficient c divides, and its constant taken mod c: the
     same value mod c. A blocked index (block * c + lane) % c then bounds to the lane alone, not to
     [0, c): bound inference gives a compute_at producer one block per iteration, not all of them."""
-    if is_float(a.dtype) or lanes_of(a.dtype) > 1 or a.dtype == "bool":
+    if not _integer_scalar(a):
         return a
     terms, k = _linear(a)
     kept = {atom: v for atom, v in terms.items() if v % c}

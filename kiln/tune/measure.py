@@ -94,7 +94,7 @@ def _run_child(specs: Sequence[KernelSpec], options: MeasureOptions) -> list[Mea
     # kernel's OpenMP team for the cores (a 2-thread GEMV measured 5-8 ms instead of 0.02)
     env = dict(os.environ, OMP_NUM_THREADS=str(options.threads), OMP_PROC_BIND="false", OPENBLAS_NUM_THREADS="1",
                MKL_NUM_THREADS="1")
-    env.setdefault("GOMP_SPINCOUNT", str(openmp_env.SPIN_COUNT))  # kernels wait as they will in a model
+    openmp_env.configure(env)  # kernels wait as they will in a model
     with tempfile.TemporaryFile() as stderr:  # NOTE: a file, not a pipe: a chatty child cannot block on it
         proc = subprocess.Popen([sys.executable, str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr, env=env, start_new_session=True)
