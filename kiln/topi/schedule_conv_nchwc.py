@@ -34,6 +34,7 @@ STEM_UNROLLED_TAPS = 24  # a stem's kernel row x input channels unrolled at most
 OW_TILES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 OC_TILES = (1, 2, 3, 4, 5, 6, 8)
 COLUMN_PREFERENCE = (7, 6, 5, 8)
+EXACT_COLUMNS = 5  # the guarded column tile of _awkward_channels
 DW_COLUMN_PREFERENCE = (8, 7, 6, 5)  # 8 accumulators + 9 weight vectors (14 columns: slower on wide rows)
 MAX_UNROLLED_TAPS = 25
 # stride 1: a tile of T columns reads T + kw - 1 input vectors a row, so wider tiles share more: 14 or 16
@@ -57,12 +58,30 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
         fits = [t for t in OC_TILES if t * ow_tile <= limit and (oc_blocks is None or oc_blocks % t == 0)]
         return max(fits, default=1)
 
-    if accumulators is not None:
+    if accumulators is not None and accumulators < WIDE_ACCUMULATORS:
         return channel_tile(accumulators), ow_tile
-    oc_tile = channel_tile(WIDE_ACCUMULATORS if ow is not None and ow <= ow_tile else ACCUMULATORS)
-    if oc_tile == 1:
-        oc_tile = channel_tile(WIDE_ACCUMULATORS)
+    if accumulators is not None:
+        oc_tile = channel_tile(accumulators)
+    else:
+        oc_tile = channel_tile(WIDE_ACCUMULATORS if ow is not None and ow <= ow_tile else ACCUMULATORS)
+        if oc_tile == 1:
+            oc_tile = channel_tile(WIDE_ACCUMULATORS)
+    if oc_tile == 1 and ow is not None and oc_blocks is not None and oc_blocks > 1:
+        return _awkward_channels(ow, oc_blocks)
     return oc_tile, ow_tile
+
+
+def _awkward_channels(ow: int, oc_blocks: int) -> tuple[int, int]:
+    """Tiles for a channel-block count with no divisor that fits beside a 5..8 column tile (1000
+    classes are 125 blocks, 40 channels 5, 56 channels 7): a 1 x 7 tile loads a broadcast for every
+    FMA. Measured on 1 thread against 1 x 7: 5 blocks x 5 columns, the last tile guarded, 0.82-0.85x
+    (125 blocks at 13 and 14 wide, 5 blocks at 7 and 29); without such a divisor, one block x a row
+    of up to 16 (or 14 columns) 0.87-0.94x (7, 11 and 25 blocks, 13 to 56 wide). Not 4 columns: gcc
+    turns a 1x1 conv's 4 broadcasts into a strided load (1.6-1.7x slower)."""
+    o = max(t for t in OC_TILES if t <= 5 and oc_blocks % t == 0)
+    if o > 1:
+        return o, min(ow, EXACT_COLUMNS, WIDE_ACCUMULATORS // o)
+    return 1, ow if ow <= 16 else next((t for t in (14, 12) if ow % t == 0), 14)
 
 
 def _expands(a: Anchor) -> bool:
@@ -118,7 +137,9 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     else:
         mo, mi = out.split(m, block(m.dom.extent, oc_tile))
         groups = []
-    xo, xi = out.split(x, block(x.dom.extent, ow_tile))
+    # the default column tile as chosen (a guarded 7 or 5, not block's divisor 4 of a 44- or 28-wide row:
+    # gcc turns a 1x1 conv's 4 broadcasts into a strided load); a tuned one adjusted to the row
+    xo, xi = out.split(x, ow_tile if ow_tile == ow_default else block(x.dom.extent, ow_tile))
     # rows outside channel blocks (3x3 convs, projections): an input row stays in cache across every
     # output block, and each thread reads only its rows. An expansion (16 -> 96 channels, the stem) is
     # bound by its output: channel blocks outside write each block's rows as one stream, 10-30% faster

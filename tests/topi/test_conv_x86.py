@@ -57,6 +57,9 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 24, 1, 1), (40, 24, 1, 1), {}),  # a 1x1 map
     ((1, 12, 7, 7), (20, 12, 3, 3), dict(pads=(1, 1, 1, 1))),  # channel block 4 (12 = 3 x 4)
     ((1, 8, 5, 29), (8, 8, 3, 3), dict(strides=(1, 3), pads=(0, 1, 2, 1))),  # asymmetric pads, strides
+    ((1, 16, 3, 13), (40, 16, 1, 1), {}),  # 5 blocks: 5 x 5 tiles, the last guarded
+    ((1, 16, 2, 29), (56, 16, 3, 3), dict(pads=(1, 1, 1, 1))),  # 7 blocks: 1 x 14 tiles, the last guarded
+    ((1, 8, 2, 44), (16, 8, 1, 1), {}),  # a guarded 7 on a 44-wide row, not block's 4
 ]
 
 
@@ -166,13 +169,16 @@ def test_depthwise_knobs():
 
 @pytest.mark.parametrize("ow, blocks, want", [
     (56, 8, (2, 7)), (28, 16, (2, 7)), (14, 32, (2, 7)), (1, 64, (8, 1)), (112, 4, (2, 7)), (None, None, (2, 7)),
-    (16, 2, (2, 8)), (30, 5, (1, 6)), (56, 18, (2, 7)),
-    (7, 64, (4, 7)), (7, 120, (4, 7)), (4, 6, (6, 4)), (7, 5, (1, 7)),  # a row in one tile: up to 28
+    (16, 2, (2, 8)), (56, 18, (2, 7)),
+    (7, 64, (4, 7)), (7, 120, (4, 7)), (4, 6, (6, 4)),  # a row in one tile: up to 28
     (56, 3, (3, 7)), (13, 3, (3, 7)),  # only one block would fit 16: up to 28
+    (30, 5, (5, 5)), (7, 5, (5, 5)), (13, 125, (5, 5)), (28, 5, (5, 5)),  # no divisor fits 7 columns: 5 x 5
+    (56, 11, (1, 14)), (13, 7, (1, 13)), (28, 7, (1, 14)),  # no divisor at all: one block, up to 16 columns
 ])
 def test_default_tiles(ow, blocks, want):
     """~16 accumulators (28 where 16 leaves little reuse): a column tile of 5..8 dividing the row (7
-    first), channel blocks dividing the channels."""
+    first), channel blocks dividing the channels; a channel count that no such tile divides gets 5 x 5
+    or a row of one block."""
     assert default_tiles(ow, blocks) == want
 
 
