@@ -103,7 +103,7 @@ def _describe(fn) -> str:
     calls = [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
     ops = [e.op.name.split(".")[-1] for e in calls]
     shape = getattr(calls[-1].type, "shape", None) if calls else None
-    args = [list(a.type.shape) for a in calls[0].args[:2]] if calls else []
+    args = [list(a.type.shape) if hasattr(a.type, "shape") else "tuple" for a in calls[0].args[:2]] if calls else []
     return f"{' > '.join(ops)} {args} -> {list(shape) if shape is not None else '?'}"
 
 
