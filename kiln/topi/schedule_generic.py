@@ -16,6 +16,7 @@ from kiln import tir
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, Tensor
 from kiln.topi.knobs import knob
+from kiln.transform.pack_dense import host_vector_bytes
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
@@ -62,19 +63,34 @@ def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
     return s
 
 
+def host_lanes() -> int:
+    """float32 lanes of the host's widest vector: 16 with AVX-512 (an omp simd loop of 16 runs in zmm
+    registers), else VECTOR. A sigmoid-times-x over 1.2M elements: 0.66 -> 0.46 ms with 16 on Zen 4,
+    which runs a 512-bit op as two 256-bit halves but has half as many ops to issue."""
+    return max(VECTOR, host_vector_bytes() // 4)
+
+
+def _default_vector(inner_ext: int | None) -> int:
+    """The host's lanes, or VECTOR where only VECTOR divides the row (no ragged last vector)."""
+    lanes = host_lanes()
+    if inner_ext is not None and inner_ext % lanes and inner_ext % VECTOR == 0:
+        return VECTOR
+    return lanes
+
+
 def _loop_nest(stage: Stage) -> None:
-    vector = knob("generic.vector", (1, 4, 8, 16, 32), VECTOR)
+    axes = list(stage.op.axis) if isinstance(stage.op, ComputeOp) else []  # an extern has no loops
+    vector = knob("generic.vector", (1, 4, 8, 16, 32), _default_vector(_static(axes[-1].dom.extent) if axes else None))
     parallel_min = knob("generic.parallel_min", (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, NEVER_PARALLEL),
                         PARALLEL_MIN_ELEMENTS)
     unroll = knob("generic.unroll", (1, 2, 4), 1)
-    axes = list(stage.op.axis) if isinstance(stage.op, ComputeOp) else []  # an extern has no loops
     if not axes:
         return
     size = _size(stage)
     reduce = bool(stage.op.reduce_axis)
     inner_ext = _static(axes[-1].dom.extent)
     vec = unrolled = None
-    if not reduce and vector > 1 and inner_ext is not None and vector <= inner_ext <= WHOLE_ROW:
+    if not reduce and vector > 1 and inner_ext is not None and min(vector, VECTOR) <= inner_ext <= WHOLE_ROW:
         vec, axes = axes[-1], axes[:-1]  # a short row: one simd loop over it
         if len(axes) > 1 and (_size_of(axes[:-1]) or 0) >= PARALLEL_ROWS:
             axes = axes[:-1]  # and the next axis out a plain loop around it (W of a blocked W x c row)

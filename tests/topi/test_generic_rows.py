@@ -52,3 +52,21 @@ def test_blocked_rows_keep_their_width_loop_plain():
     feeds = {x.name: rng.standard_normal((1, 3, 5, 13, 8)).astype(np.float32) for x in xs}
     np.testing.assert_array_equal(compiled.run(feeds)[0], np.maximum(np.concatenate([feeds["x0"], feeds["x1"]], 1), 0))
     assert re.search(r"for \(int64_t \w+ = 0LL; \w+ < 13LL; \+\+\w+\)", _kernels(compiled))
+
+
+@pytest.mark.parametrize("w, host, lanes", [(12, 16, None), (208, 8, 8), (208, 16, 16), (200, 16, 8), (201, 16, 16)])
+def test_long_rows_split_into_host_vectors(w, host, lanes, monkeypatch):
+    """A row longer than WHOLE_ROW is split into vectors of the host's float32 lanes (16 with AVX-512,
+    else 8), or 8 where only 8 divides the row; a row of 8 to 15 still runs as one simd loop when the
+    lanes are 16."""
+    import kiln.topi.schedule_generic as generic
+
+    monkeypatch.setattr(generic, "host_lanes", lambda: host)
+    x = Var("x", TensorType((3, w), "float32"))
+    compiled = kiln.build(IRModule({"main": Function((x,), get_op("nn.sigmoid")(x))}), executor="aot")
+    v = np.random.default_rng(w).standard_normal((3, w)).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"x": v})[0], 1 / (1 + np.exp(-v)), rtol=2e-7, atol=1e-7)
+    code = _kernels(compiled)
+    assert "#pragma omp simd" in code
+    if w > WHOLE_ROW:
+        assert re.search(rf"< (kiln_min_i64\(.*, )?{lanes}LL\)?; \+\+\w+\) {{", code.split("#pragma omp simd")[1])

@@ -3,6 +3,7 @@ import pytest
 
 import kiln
 from kiln.runtime.executor import fuse
+from kiln.topi.schedule_generic import host_lanes
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.tasks import extract_tasks, host_target
@@ -107,7 +108,7 @@ def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monk
     real = candidates.lower_with
 
     def picky(fn, name, config, passes=True):
-        if config.get("generic.vector", 8) != 8:  # groups without the knob (the softmax's) lower as usual
+        if config.get("generic.vector", host_lanes()) != host_lanes():  # groups without the knob lower as usual
             raise RuntimeError("no such schedule")
         return real(fn, name, config, passes)
 
@@ -116,4 +117,4 @@ def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monk
     result = tune(tiny_model(), path, OPTIONS)
     failed = [r for r in rec.load(path) if r.error]
     assert failed and all(r.error.startswith("lower: RuntimeError") and r.seconds is None for r in failed)
-    assert all(st.best is not None for st in result.states)  # the defaults (vector 8) still worked
+    assert all(st.best is not None for st in result.states)  # the defaults (the host's lanes) still worked
