@@ -1,6 +1,7 @@
 """tir passes (each PrimFunc -> PrimFunc) and the standard lowering pipeline."""
 
 from kiln.tir.stmt import PrimFunc
+from kiln.tir.transform.hoist_conditions import hoist_conditions
 from kiln.tir.transform.loop_partition import loop_partition
 from kiln.tir.transform.simplify import simplify
 from kiln.tir.transform.storage_flatten import storage_flatten
@@ -10,7 +11,7 @@ from kiln.tir.transform.vectorize import vectorize
 
 # unroll before vectorize: an unrolled loop inside a vectorized one becomes straight-line stores
 LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, unswitch,
-                  simplify)
+                  simplify, hoist_conditions, simplify)
 
 
 def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
@@ -23,5 +24,5 @@ def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
     return func
 
 
-__all__ = ["LOWER_PIPELINE", "loop_partition", "lower_passes", "simplify", "storage_flatten", "unroll", "unswitch",
-           "vectorize"]
+__all__ = ["LOWER_PIPELINE", "hoist_conditions", "loop_partition", "lower_passes", "simplify", "storage_flatten",
+           "unroll", "unswitch", "vectorize"]
