@@ -47,8 +47,9 @@ DW_WIDE_MAX_ROW = 32
 def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None) -> tuple[int, int]:
     """(oc_tile, ow_tile): a column tile of 5..8 that divides the row (else the row, or 7 guarded),
     then as many channel blocks as divide the channels and keep <= `accumulators` vectors (by default
-    ACCUMULATORS, or WIDE_ACCUMULATORS as above). 7 before 8: with 8 columns of a 1x1 conv gcc turns
-    the broadcasts into a strided vector load (half the speed)."""
+    ACCUMULATORS, or WIDE_ACCUMULATORS as above); a channel count that no such tile fits gets
+    _awkward_channels' tiles. 7 before 8: with 8 columns of a 1x1 conv gcc turns the broadcasts into a
+    strided vector load (half the speed)."""
     if ow is None:
         ow_tile = 7
     else:
@@ -74,10 +75,10 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
 def _awkward_channels(ow: int, oc_blocks: int) -> tuple[int, int]:
     """Tiles for a channel-block count with no divisor that fits beside a 5..8 column tile (1000
     classes are 125 blocks, 40 channels 5, 56 channels 7): a 1 x 7 tile loads a broadcast for every
-    FMA. Measured on 1 thread against 1 x 7: 5 blocks x 5 columns, the last tile guarded, 0.82-0.85x
-    (125 blocks at 13 and 14 wide, 5 blocks at 7 and 29); without such a divisor, one block x a row
-    of up to 16 (or 14 columns) 0.87-0.94x (7, 11 and 25 blocks, 13 to 56 wide). Not 4 columns: gcc
-    turns a 1x1 conv's 4 broadcasts into a strided load (1.6-1.7x slower)."""
+    FMA. Measured on 1 thread against 1 x 7: 5 blocks x 5 columns, the last tile guarded, 0.82-0.94x
+    (125 blocks at 13 and 14 wide, 5 blocks at 7, 28, 29 and 56, 25 blocks at 14); without such a
+    divisor, one block x a row of up to 16 (or 14 columns) 0.87-0.94x (7 and 11 blocks, 13 to 56
+    wide). Not 4 columns: gcc turns a 1x1 conv's 4 broadcasts into a strided load (1.6-1.7x slower)."""
     o = max(t for t in OC_TILES if t <= 5 and oc_blocks % t == 0)
     if o > 1:
         return o, min(ow, EXACT_COLUMNS, WIDE_ACCUMULATORS // o)
