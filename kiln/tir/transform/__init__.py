@@ -17,10 +17,13 @@ LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify,
 def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
     """Run the standard tir pipeline (less the passes named in `skip`): the PrimFunc the C backend
     receives."""
-    last = None
+    simplified = None  # the function as the last simplify returned it: simplify is idempotent
     for p in LOWER_PIPELINE:
-        if p.__name__ not in skip and not (p is simplify and last is simplify):  # simplify is idempotent
-            func, last = p(func), p
+        if p.__name__ in skip or (p is simplify and func is simplified):
+            continue
+        func = p(func)
+        if p is simplify:
+            simplified = func
     return func
 
 
