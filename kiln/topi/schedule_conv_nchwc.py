@@ -59,10 +59,10 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
         fits = [t for t in OC_TILES if t * ow_tile <= limit and (oc_blocks is None or oc_blocks % t == 0)]
         return max(fits, default=1)
 
-    if accumulators is not None and accumulators < WIDE_ACCUMULATORS:
-        return channel_tile(accumulators), ow_tile
     if accumulators is not None:
         oc_tile = channel_tile(accumulators)
+        if accumulators < WIDE_ACCUMULATORS:  # the stem's 16: no fallback
+            return oc_tile, ow_tile
     else:
         oc_tile = channel_tile(WIDE_ACCUMULATORS if ow is not None and ow <= ow_tile else ACCUMULATORS)
         if oc_tile == 1:
