@@ -82,8 +82,10 @@ def loads_of(s: Schedule, st: Stage, op: Operation | None = None) -> list[Produc
 
 def is_pad(st: Stage) -> bool:
     """A padding compute (a Select on bounds): worth materializing once rather than re-testing the
-    bounds at every tap of a window."""
-    return isinstance(st.op, ComputeOp) and isinstance(st.op.body[0], Select)
+    bounds at every tap of a window. A Select on data (elu, leaky relu: `v < 0 ? ... : v`) is not one:
+    kept at the root after a conv, it would read the accumulator outside the tile that computes it."""
+    body = st.op.body[0] if isinstance(st.op, ComputeOp) else None
+    return isinstance(body, Select) and not any(isinstance(x, ProducerLoad) for x in walk(body.cond))
 
 
 def materialize(st: Stage) -> None:

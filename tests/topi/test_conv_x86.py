@@ -112,6 +112,17 @@ def test_residual_block_with_symbolic_batch(claimed):
     assert claimed.count("schedule_conv_nchwc") >= 2
 
 
+@pytest.mark.parametrize("first, second", [("nn.elu", "nn.hard_sigmoid"), ("nn.elu", "nn.relu"),
+                                           ("nn.leaky_relu", "nn.sigmoid"), ("nn.elu", "nn.elu")])
+def test_epilogue_of_two_activations_that_select_on_data(first, second):
+    """An activation that selects on its input (elu: v < 0 ? alpha * expm1(v) : v) is not a padding
+    compute: it fuses into the conv's store like any other, and a second activation after it too
+    (it used to be kept at the root, reading the accumulator outside its tile: the group ran on the host)."""
+    x = Var("x", TensorType((1, 13, 9, 11), F32))
+    y = get_op(second)(get_op(first)(_conv(x, (31, 13, 3, 3), pads=(1, 1, 1, 1))))
+    _check([x], y, {"x": rng.standard_normal((1, 13, 9, 11)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("c", [8, 12, 5])
 def test_blocked_pooling_after_conv(claimed, c):
     """max pool (values only) and global average pool run in the conv's blocked layout."""
