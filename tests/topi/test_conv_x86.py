@@ -13,7 +13,8 @@ from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, TupleGetI
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
 from kiln.op import get_op
-from kiln.runtime.executor import build
+from kiln.codegen.c_source import generate
+from kiln.runtime.executor import build, fuse, lower_groups
 from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import STEM_ACCUMULATORS, default_tiles
 from kiln.transform import PassContext
@@ -121,6 +122,19 @@ def test_epilogue_of_two_activations_that_select_on_data(first, second):
     x = Var("x", TensorType((1, 13, 9, 11), F32))
     y = get_op(second)(get_op(first)(_conv(x, (31, 13, 3, 3), pads=(1, 1, 1, 1))))
     _check([x], y, {"x": rng.standard_normal((1, 13, 9, 11)).astype(np.float32)})
+
+
+def test_patch_embedding_keeps_its_kernel_rows_rolled():
+    """An 8x8 stride-8 patch embedding of 3 channels has 24 taps a kernel row: more than a 7x7 stem's 21,
+    so its kernel columns stay a loop (unrolled, gcc spent 20 s on the kernel); the stem's are unrolled."""
+    def simd_loops(k: int, stride: int) -> int:
+        x = Var("x", TensorType((1, 3, 8 * 7, 8 * 7), F32))
+        y = _conv(x, (16, 3, k, k), scale=False, strides=(stride, stride), pads=(k // 2,) * 4 if k == 7 else (0,) * 4)
+        mod = IRModule({"main": Function((x,), y)})
+        kernels, _, _ = lower_groups(fuse(mod, 3))
+        return generate([kern.func for kern in kernels]).code.count("omp simd")
+
+    assert simd_loops(8, 8) < 100 < simd_loops(7, 2)
 
 
 @pytest.mark.parametrize("c", [8, 12, 5])
