@@ -2,6 +2,7 @@
 the operators' numpy references, through the whole path: op call -> topi ExternOp -> tir -> C."""
 
 import numpy as np
+import pytest
 
 import kiln.topi  # noqa: F401
 from kiln.codegen import build, runtime_lib
@@ -28,15 +29,20 @@ def _kernel(name, attrs, arrays, const, symbolic, kname):
     return lower_primitive(mod.main, kname)
 
 
-def check(cache, *cases):
+def run_compiled(cache, cases):
     """Compile every case (name, attrs, arrays[, const inputs[, symbolic axes of input 0]]) into one
-    module (gcc runs once) and compare each with the operator's reference."""
+    module (gcc runs once) and run each: a list of outputs per case."""
     cases = [tuple(c) + ((),) * (5 - len(c)) for c in cases]
     kernels = [_kernel(*c, f"kernel{i}") for i, c in enumerate(cases)]
     mod = build([k.func for k in kernels], "rt", cache=cache)
-    for i, ((name, attrs, arrays, const, _), k) in enumerate(zip(cases, kernels)):
-        ins = [a for j, a in enumerate(arrays) if a is not None and j not in const] + k.constants
-        got = runtime_lib.call(mod.get_function(f"kernel{i}"), ins)
+    return [runtime_lib.call(mod.get_function(f"kernel{i}"),
+                             [a for j, a in enumerate(arrays) if a is not None and j not in const] + k.constants)
+            for i, ((_, _, arrays, const, _), k) in enumerate(zip(cases, kernels))]
+
+
+def check(cache, *cases):
+    """run_compiled, each case compared with the operator's reference."""
+    for (name, attrs, arrays, *_), got in zip(cases, run_compiled(cache, cases)):
         ref = get_op(name).reference(attrs, *arrays)
         where = f"{name} {attrs} {[getattr(a, 'dtype', None) for a in arrays]}"
         same(got, list(ref) if isinstance(ref, tuple) else [ref], where)
@@ -73,6 +79,65 @@ def test_top_k_data_dependent_k_and_symbolic_batch(cache):
     top_k = get_op("tensor.top_k").attrs_type
     check(cache, *(("tensor.top_k", top_k(axis=axis, largest=1), [x, np.array([k], np.int64)], (), (0,))
                    for axis in (0, -1) for k in (0, 3, 5)))
+
+
+def stable_top_k(x, k, axis, largest):
+    """The oracle: a stable argsort on a key whose ascending order is the wanted one (NaN ranks as
+    the largest value, as in numpy's sort), the first k."""
+    y = np.moveaxis(x, axis, -1)
+    key = y.astype(np.float64) if dt.is_float(dt.from_numpy(x.dtype)) else y
+    if not largest:
+        order = np.argsort(key, axis=-1, kind="stable")
+    elif key.dtype == np.float64:
+        order = np.lexsort((-key, ~np.isnan(key)), axis=-1)  # NaN first, then descending
+    else:
+        order = np.argsort(~key, axis=-1, kind="stable")  # ~ reverses integer (and bool) order exactly
+    idx = order[..., :k]
+    return [np.ascontiguousarray(np.moveaxis(a, -1, axis)) for a in (np.take_along_axis(y, idx, -1), idx)]
+
+
+def top_k_input(shape, dtype, kind):
+    """'wide' values, 'ties' (few distinct), 'special' (ties among NaN, inf, -inf, 0.0 and -0.0 where
+    the dtype has them), or each row 'ascending' / 'descending' (worst cases of selection and sort)."""
+    np_type = dt.to_numpy(dtype)
+    if kind in ("ascending", "descending"):
+        ramp = np.arange(shape[-1]) % (2 if dtype == "bool" else 120)
+        return np.ascontiguousarray(np.broadcast_to(ramp if kind == "ascending" else ramp[::-1], shape), np_type)
+    if kind == "ties" or dtype == "bool":
+        return values(shape, dtype, distinct=3)
+    if kind == "special" and dt.is_float(dtype):
+        return rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.0]), shape).astype(np_type)
+    if dt.is_float(dtype):
+        return rng.standard_normal(shape).astype(np_type)
+    info = np.iinfo(np_type)
+    return rng.integers(info.min, info.max, size=shape, dtype=np_type, endpoint=True)
+
+
+# (shape, axis, ks): size 1, primes, the axis first, in the middle (strided rows) and last; k of 1,
+# n, and between (small k selects with a heap, large k sorts part of the row); blocks with a tail
+TOP_K_LAYOUTS = [((1,), 0, (1,)), ((37, 4), 0, (1, 2, 20, 37)), ((5, 13, 3), 1, (1, 6, 13)),
+                 ((3, 101), -1, (1, 5, 50, 101)), ((2, 1000), -1, (7, 500)), ((1, 257), -1, (16, 257)),
+                 ((64, 300), 1, (3,))]  # enough work for the rows to be split over threads
+
+
+@pytest.mark.parametrize("every_k", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_top_k_against_a_stable_argsort(cache, every_k):
+    """Every dtype, both directions, sorted or not (the output is sorted either way), every layout;
+    exact bits, so NaN, -0.0 and the order of ties all count. Each k of a layout for float32 (and
+    for every dtype in the slow run), else one k in turn."""
+    top_k = get_op("tensor.top_k").attrs_type
+    cases, expected = [], []
+    for i, dtype in enumerate(NUMERIC):
+        for j, (shape, axis, ks) in enumerate(TOP_K_LAYOUTS):
+            kind = ["wide", "ties", "special", "ascending", "descending"][(i + j) % 5]
+            x = top_k_input(shape, dtype, kind)
+            for k in ks if every_k or dtype == "float32" else ks[(i + j) % len(ks):][:1]:
+                for largest in (0, 1):
+                    attrs = top_k(axis=axis, largest=largest, sorted=(i + k) % 2)
+                    cases.append(("tensor.top_k", attrs, [x, np.array([k], np.int64)], (1,)))
+                    expected.append((stable_top_k(x, k, axis, largest), f"{dtype} {kind} {shape} {attrs} k={k}"))
+    for got, (ref, where) in zip(run_compiled(cache, cases), expected):
+        same([g.view(np.uint8) for g in got], [r.view(np.uint8) for r in ref], where)
 
 
 def test_unique(cache):
