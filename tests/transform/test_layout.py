@@ -268,8 +268,6 @@ def test_config_errors() -> None:
 def test_choose_block() -> None:
     assert [choose_block(c, 8, False) for c in (1, 3, 8, 12, 13, 16, 64)] == [1, 3, 8, 6, 1, 8, 8]
     assert [choose_block(c, 8, True) for c in (1, 3, 8, 12, 13)] == [1, 3, 8, 8, 8]
-    # "auto": padded where that adds at most an eighth (58 -> 64, 255 -> 256), else a divisor
-    assert [choose_block(c, 8, "auto") for c in (3, 13, 20, 58, 100, 116, 255)] == [3, 1, 5, 8, 8, 8, 8]
 
 
 # ---------------------------------------------------------------------------------------------
