@@ -33,6 +33,7 @@ from kiln.op.layout import (
 )
 from kiln.op.nn import ConvAttrs
 from kiln.op.registry import Pattern, get_op
+from kiln.op.tensor import slice_bounds
 from kiln.op.typerel import broadcast_shapes
 from kiln.transform.layout_rules import TRANSFORM_RULES, transform
 from kiln.transform.pattern import apply_rules
@@ -374,11 +375,43 @@ def relayout_resize(eng: Relayout, call: Call) -> InLayout | None:
     return checked(new, call, v)
 
 
+def relayout_slice(eng: Relayout, call: Call) -> InLayout | None:
+    """A window of a tensor held blocked: the same window of the blocked tensor, whole blocks on a
+    blocked axis. Gated activations and GLU split a conv's channels in halves; transformed back at the
+    slice, the gate ran plain, reading the blocked tensor with a stride of the block (a WaveNet-style
+    model's tanh * sigmoid kernels: 36% of its time)."""
+    v = eng.state(call.args[0])
+    shape = call.args[0].type.shape  # type: ignore[union-attr]
+    consts = call.args[1:]
+    if v is None or shape is None or not all(isinstance(a, Constant) for a in consts):
+        return None
+    o, c = parse_layout(v.orig), parse_layout(v.cur)
+    if len(shape) != o.rank:
+        return None
+    starts, ends, *rest = (a.data.reshape(-1).tolist() for a in consts)
+    axes = rest[0] if rest else list(range(len(starts)))
+    steps = rest[1] if len(rest) > 1 else [1] * len(starts)
+    window: list[list[int]] = [[], [], [], []]
+    for start, end, ax, step in zip(starts, ends, axes, steps):
+        letter, d = o.axes[ax % o.rank][0], shape[ax % o.rank]
+        f = c.block(letter)
+        if not isinstance(d, int) or step < 1 or (f > 1 and step != 1):
+            return None
+        lo, hi = slice_bounds(start, end, step, d)
+        if f > 1 and (lo % f or hi % f):
+            return None  # a window inside a block, or one that ends in the padding
+        for k, val in enumerate((lo // max(f, 1), hi // max(f, 1), c.index(letter), step)):
+            window[k].append(val)
+    new = get_op("tensor.slice")(v.expr, *(Constant(np.asarray(w, np.int64)) for w in window))
+    return checked(new, call, v)
+
+
 # (name, applies to call, rule): a rule returns the relaid-out value or None to leave the call
 RELAYOUT_RULES: list[tuple[str, Callable[[Call], bool], Callable]] = [
     ("relayout-conv", _is_conv, relayout_conv),
     ("relayout-pool", lambda e: e.op.name in POOL_OPS.values() or e.op.name == "nn.pool2d_layout", relayout_pool),
     ("relayout-concat", lambda e: e.op.name == "tensor.concat", relayout_concat),
     ("relayout-resize", lambda e: e.op.name == "vision.resize", relayout_resize),
+    ("relayout-slice", lambda e: e.op.name == "tensor.slice", relayout_slice),
     ("relayout-elementwise", _is_elementwise, relayout_elementwise),
 ]

@@ -65,3 +65,24 @@ def test_an_activation_moves_before_the_squeeze_and_fuses_into_the_conv():
     groups = [" > ".join(e.op.name for e in post_order(fn.body) if isinstance(e, Call) and hasattr(e.op, "name"))
               for fn in (k.group for k in cm.kernels.values())]
     assert any("conv2d_nchwc" in g and "relu" in g for g in groups), groups
+
+
+def test_consecutive_convs_exchange_4d_values():
+    """conv1d -> relu -> conv1d: the second conv takes the first's 4-D result (no squeeze then
+    unsqueeze between them), so one blocked region holds both and nothing is transformed between."""
+    ws = [numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in
+          (("w1", (16, 8, 3)), ("w2", (8, 16, 1)))]
+    onnx_model = model([helper.make_node("Conv", ["x", "w1"], ["c"], kernel_shape=[3], pads=[1, 1]),
+                        helper.make_node("Relu", ["c"], ["r"]),
+                        helper.make_node("Conv", ["r", "w2"], ["y"], kernel_shape=[1])],
+                       [("x", F, [1, 8, 50])], [("y", F, ["n", "m", "l"])], ws, opset=17)
+    mod = kiln.from_onnx(onnx_model)
+    after = PASSES["conv1d-as-conv2d"](mod, PassContext(opt_level=2))
+    ops = [e.op.name for e in post_order(after.main) if isinstance(e, Call) and hasattr(e.op, "name")]
+    assert ops.count("tensor.unsqueeze") == 1 and ops.count("tensor.squeeze") == 1
+    x = RNG.standard_normal((1, 8, 50)).astype(np.float32)
+    cm = build(mod, opt_level=3)
+    np.testing.assert_allclose(cm.run({"x": x})[0], kiln.evaluate(mod, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    transforms = [k for k in cm.kernels.values() if "layout_transform" in
+                  " ".join(e.op.name for e in post_order(k.group.body) if isinstance(e, Call) and hasattr(e.op, "name"))]
+    assert len(transforms) == 2  # the input in, the result out

@@ -275,7 +275,7 @@ def test_choose_block() -> None:
 
 
 class RandomCNN:
-    """conv / relu / add (bias, residual) / pools / concat over NCHW, channels incl. 1 and primes."""
+    """conv / relu / add (bias, residual) / pools / concat / slice over NCHW, channels incl. 1 and primes."""
 
     CHANNELS = (1, 2, 3, 5, 7, 8, 13, 16)
 
@@ -311,7 +311,19 @@ class RandomCNN:
             return get_op("nn.average_pool")(x, kernel_shape=(3, 3), pads=(1, 1, 1, 1))
         if r < 0.9:
             return get_op("tensor.concat")(x, self._same(x, o=int(self.rng.choice(self.CHANNELS))), axis=1)
+        if r < 0.95:
+            return self._slice(x)
         return get_op("math.mul")(x, self.c(1, 1, 1, x.type.shape[3]))
+
+    def _slice(self, x):
+        """A channel window (whole blocks or not) and a window with a step over the width."""
+        c, w = x.type.shape[1], x.type.shape[3]
+        lo = int(self.rng.choice([0, 8])) if c > 8 else 0
+        hi = int(self.rng.integers(lo + 1, c + 1)) if self.rng.random() < 0.5 else c
+        ints = lambda *v: Constant(np.array(v, np.int64))  # noqa: E731
+        if w < 3:
+            return get_op("tensor.slice")(x, ints(lo), ints(hi), ints(1))
+        return get_op("tensor.slice")(x, ints(lo, 1), ints(hi, w), ints(1, 3), ints(1, 2))
 
     def _same(self, x, o=None):
         o = o or x.type.shape[1]
