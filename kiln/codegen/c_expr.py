@@ -22,6 +22,8 @@ from kiln.codegen.names import NameScope
 from kiln.codegen.offsets import flat_offset, is_const
 from kiln.ir.dtype import to_numpy
 from kiln.tir import expr as E
+from kiln.tir.arith import Simplifier
+from kiln.tir.bound import VarBounds
 from kiln.tir.expr import elem_of, lanes_of
 
 
@@ -42,8 +44,9 @@ def operands(e: E.PrimExpr) -> list[E.PrimExpr]:
 class ExprPrinter:
     """Spells the expressions of one function; identifiers come from `scope`."""
 
-    def __init__(self, scope: NameScope, decls: ModuleDecls):
+    def __init__(self, scope: NameScope, decls: ModuleDecls, bounds: VarBounds | None = None):
         self.scope, self.decls = scope, decls
+        self.sim = Simplifier(bounds)  # the enclosing loops' bounds (c_stmt scopes them): simplifies offsets
         self._ntmp = 0
 
     def tmp(self) -> str:
@@ -106,7 +109,7 @@ class ExprPrinter:
     # -- loads: offsets shared with stores ------------------------------------------------------
     def element_index(self, buf, indices: tuple[E.PrimExpr, ...]) -> tuple[list[str], Callable[[str], str], int]:
         """(declarations, lane -> element index spelling, lanes) of an access to `buf`."""
-        base, stride, vector, lanes = flat_offset(buf, indices)
+        base, stride, vector, lanes = flat_offset(buf, indices, self.sim)
         if vector is not None:
             o = self.tmp()
             return [f"{self.ctype(vector.dtype)} {o} = {self.expr(vector)};"], lambda lane: f"{o}[{lane}]", lanes
@@ -121,9 +124,9 @@ class ExprPrinter:
         ptr, elem = self.buffer(e.buffer), elem_of(e.buffer.dtype)
         conv = LOAD_CONVERT.get(elem, "")
         if lanes_of(e.dtype) == 1:
-            base, _, _, _ = flat_offset(e.buffer, e.indices)
+            base, _, _, _ = flat_offset(e.buffer, e.indices, self.sim)
             return f"{conv}({ptr}[{self.expr(base)}])" if conv else f"{ptr}[{self.expr(base)}]"
-        base, stride, vector, _ = flat_offset(e.buffer, e.indices)
+        base, stride, vector, _ = flat_offset(e.buffer, e.indices, self.sim)
         if vector is None and not conv and is_const(stride, 1):
             r = self.tmp()
             return (f"({{ {self.ctype(e.dtype)} {r}; __builtin_memcpy(&{r}, &{ptr}[{self.expr(base)}], "

@@ -24,6 +24,7 @@ from kiln.codegen.c_types import ERROR_FLAG, STORAGE_CTYPE, CodegenError, Module
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
+from kiln.tir.transform.simplify import shape_bounds
 
 RUNTIME_HEADER = Path(__file__).with_name("kiln_runtime.h")
 
@@ -115,7 +116,7 @@ def _function(info: FuncInfo, decls: ModuleDecls) -> str:
     """The typed body and its uniform-ABI wrapper. Buffers are `restrict` only when the PrimFunc
     says its buffers never alias (attr noalias=True)."""
     f = info.func
-    printer = FunctionPrinter(NameScope(), decls)
+    printer = FunctionPrinter(NameScope(), decls, shape_bounds(f))
     restrict = bool(f.attr("noalias", False))
     params = [_param_decl(p, printer.scope.get(p, p.name), restrict) for p in f.params]
     # data-dependent dims (set by runtime-library calls) are in-out: a local copy, written back

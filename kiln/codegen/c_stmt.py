@@ -14,7 +14,9 @@ from kiln.codegen.c_types import ERROR_FLAG, SIZEOF, STORAGE_CTYPE, STORE_CONVER
 from kiln.codegen.offsets import flat_offset, is_const, mul
 from kiln.tir import expr as E
 from kiln.tir import stmt as S
+from kiln.tir.bound import is_int
 from kiln.tir.expr import elem_of, lanes_of
+from kiln.tir.transform.simplify import loop_range
 
 STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
 UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symbolic
@@ -23,8 +25,8 @@ UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symb
 class FunctionPrinter(ExprPrinter):
     """Spells one function body into `lines`."""
 
-    def __init__(self, scope, decls):
-        super().__init__(scope, decls)
+    def __init__(self, scope, decls, bounds=None):
+        super().__init__(scope, decls, bounds)
         self.lines: list[str] = []
         self.depth = 1
         self.in_parallel = self.in_simd = self.uses_error_flag = False
@@ -47,7 +49,7 @@ class FunctionPrinter(ExprPrinter):
 def _store(p: FunctionPrinter, s: S.BufferStore) -> None:
     ptr, elem = p.buffer(s.buffer), elem_of(s.buffer.dtype)
     conv = STORE_CONVERT.get(elem, "")
-    base, stride, vector, lanes = flat_offset(s.buffer, s.indices)
+    base, stride, vector, lanes = flat_offset(s.buffer, s.indices, p.sim)
     if lanes_of(s.value.dtype) != lanes:
         raise CodegenError(f"store to {s.buffer.name!r}: a {s.value.dtype} value at {lanes}-lane indices")
     value = p.expr(s.value)
@@ -89,7 +91,8 @@ def _for(p: FunctionPrinter, s: S.For) -> None:
     saved = p.in_parallel, p.in_simd
     p.in_parallel |= pragma is not None and "parallel" in pragma
     p.in_simd |= pragma is not None and "simd" in pragma
-    p.block(s.body)
+    with p.sim.scope(s.loop_var, loop_range(p.sim, s.min, s.extent)):
+        p.block(s.body)
     p.in_parallel, p.in_simd = saved
     p.emit("}")
 
@@ -107,7 +110,11 @@ def _let(p: FunctionPrinter, s: S.LetStmt) -> None:
     p.emit("{")
     p.depth += 1
     p.emit(f"{p.ctype(s.var.dtype)} {p.declare(s.var)} = {p.expr(s.value)};")
-    p.stmt(s.body)
+    if is_int(s.var.dtype) and lanes_of(s.var.dtype) == 1:
+        with p.sim.scope(s.var, p.sim.bound(s.value)):
+            p.stmt(s.body)
+    else:
+        p.stmt(s.body)
     p.depth -= 1
     p.emit("}")
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from kiln.codegen.c_types import CodegenError
 from kiln.tir import expr as E
+from kiln.tir.arith import Simplifier
 from kiln.tir.expr import lanes_of
 
 
-def flat_offset(buf, indices) -> tuple[E.PrimExpr, E.PrimExpr, E.PrimExpr | None, int]:
-    """(base, lane stride, general vector offset or None, lanes) of buf[indices], in elements."""
+def flat_offset(buf, indices, sim: Simplifier | None = None) -> tuple[E.PrimExpr, E.PrimExpr, E.PrimExpr | None, int]:
+    """(base, lane stride, general vector offset or None, lanes) of buf[indices], in elements. `sim` (the
+    enclosing loops' bounds) simplifies the sums base and stride (the indices are simplified already):
+    only the flat sum shows that a reshape's unraveled indices, x // 204 * 3264 + (16x + i) // 68 % 48 * 68
+    + (16x + i) % 68, are 16x + i."""
     strides = buf.strides if buf.strides is not None else row_major(buf.shape)
     if len(indices) == len(strides):
         terms = list(zip(indices, strides))
@@ -28,6 +32,8 @@ def flat_offset(buf, indices) -> tuple[E.PrimExpr, E.PrimExpr, E.PrimExpr | None
         if ramp is None:
             return base, stride, _vector_offset(terms, lanes), lanes
         base, stride = add(base, mul(ramp[0], st)), add(stride, mul(ramp[1], st))
+    if sim is not None and all(E.elem_of(x.dtype) == "int64" for t in terms for x in t):  # C widens int32 terms
+        base, stride = sim.sum(base), sim.sum(stride)
     return base, stride, None, lanes
 
 

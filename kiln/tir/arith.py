@@ -16,7 +16,7 @@ from kiln.tir.bound import BoundAnalyzer, Interval, VarBounds, fits
 from kiln.tir.eval import INTRINSICS, eval_expr, wrap_int
 from kiln.tir.expr import is_float, lanes_of
 from kiln.tir.functor import children, map_expr, substitute, uses_var
-from kiln.tir.poly import Poly, exact_bound, from_poly, to_poly
+from kiln.tir.poly import Mono, Poly, centered, exact_bound, from_poly, to_poly
 
 _IMM = (E.IntImm, E.FloatImm)
 _FOLD = (E.BinaryOp, E.CmpOp, E.And, E.Or, E.Not, E.Select, E.Cast)
@@ -98,9 +98,58 @@ class Simplifier:
         if lanes_of(e.dtype) > 1:
             return self.vector(e)
         if _int_scalar(e.dtype):
-            return from_poly(to_poly(e))
+            return self.sum(e)
         if is_float(e.dtype):
             return _float_identity(e)
+        return None
+
+    def sum(self, e: E.PrimExpr) -> E.PrimExpr:
+        """The canonical sum of integer scalar `e`, its atoms taken as they are (already simplified):
+        what a sum of simplified indices, such as a flat offset, needs."""
+        return from_poly(self._merge_quotients(to_poly(e)))
+
+    def _merge_quotients(self, p: Poly) -> Poly:
+        """Quotient and remainder terms of one dividend merge back (`_merge_one`): the flat offset of a
+        reshape's unraveled index, x // 204 * 3264 + (16x + i) // 68 % 48 * 68 + (16x + i) % 68, is 16x + i."""
+        while True:
+            for m, k in p.terms.items():
+                merged = self._merge_one(p, m, k)
+                if merged is not None:
+                    p = merged
+                    break
+            else:
+                return p
+
+    def _merge_one(self, p: Poly, m: Mono, k: int) -> Poly | None:
+        """With z = m = floormod(y, c) and k its coefficient: k*c*q + k*z -> k*y where q is floordiv(y, c) as
+        this simplifier spells it (x // 204 for (16x + i) // 3264, i < 16); k*c*floormod(q, b) + k*z ->
+        k*floormod(c*q + z, c*b) for any q (0 <= z < c). Either is taken only when it leaves fewer divisions,
+        so merging ends."""
+        c = _cint(m[0].b) if len(m) == 1 and isinstance(m[0], E.FloorMod) else None
+        if c is None or c <= 1:
+            return None
+        kc = centered(k * c, p.dtype)
+        partners = [t for t, v in p.terms.items() if t != m and centered(v - kc, p.dtype) == 0]
+        if not partners:
+            return None  # cheap test first: no term could be k*c times a quotient
+        y, z = m[0].a, to_poly(m[0])
+        rest = Poly(p.dtype, {t: v for t, v in p.terms.items() if t != m}, p.const)
+        qp = to_poly(self(E.FloorDiv(y, m[0].b)))
+        before = _divisions(from_poly(p))
+        if qp.terms and all(centered(rest.terms.get(t, 0) - kc * v, p.dtype) == 0 for t, v in qp.terms.items()):
+            merged = rest.add(qp, -kc).add(to_poly(y), k)  # y == c * (y // c) + y % c for every y
+            return merged if _divisions(from_poly(merged)) < before else None
+        for t in partners:
+            b = _cint(t[0].b) if len(t) == 1 and isinstance(t[0], E.FloorMod) else None
+            inner = to_poly(t[0].a).scale(c).add(z, wrap=False) if b is not None and b > 0 else None
+            if inner is None or not fits((c * b, c * b), p.dtype):
+                continue
+            if t[0].a != E.FloorDiv(y, m[0].b) and self._exact(inner) is None:
+                continue  # c*q + z must not wrap, unless it is y itself (an identity for every value)
+            mod = self(E.FloorMod(from_poly(inner), E.IntImm(c * b, p.dtype)))
+            merged = Poly(p.dtype, {u: w for u, w in rest.terms.items() if u != t}, p.const).add(to_poly(mod), k)
+            if _divisions(from_poly(merged)) < before:
+                return merged
         return None
 
     def floordiv(self, e: E.FloorDiv) -> E.PrimExpr | None:
@@ -304,6 +353,11 @@ class Simplifier:
 
     def ramp(self, e: E.Ramp) -> E.PrimExpr | None:
         return E.Broadcast(e.base, e.lanes) if _cint(e.stride) == 0 else None
+
+
+def _divisions(e: E.PrimExpr) -> int:
+    """FloorDiv and FloorMod nodes of e as a tree (a shared node counts at each use)."""
+    return isinstance(e, (E.FloorDiv, E.FloorMod)) + sum(_divisions(c) for c in children(e))
 
 
 def _divide_gcd(p: Poly, c: int) -> tuple[Poly, int]:

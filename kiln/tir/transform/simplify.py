@@ -18,6 +18,8 @@ def is_nop(s: S.Stmt) -> bool:
 
 def loop_range(sim: Simplifier, lo: E.PrimExpr, extent: E.PrimExpr) -> tuple[int, int]:
     """Inclusive interval of a loop variable running from `lo` for `extent` iterations."""
+    if isinstance(lo, E.IntImm) and isinstance(extent, E.IntImm):
+        return lo.value, lo.value + extent.value - 1
     return sim.bound(lo)[0], sim.bound(sim(lo + extent - 1))[1]
 
 
