@@ -268,6 +268,9 @@ def test_config_errors() -> None:
 def test_choose_block() -> None:
     assert [choose_block(c, 8, False) for c in (1, 3, 8, 12, 13, 16, 64)] == [1, 3, 8, 6, 1, 8, 8]
     assert [choose_block(c, 8, True) for c in (1, 3, 8, 12, 13)] == [1, 3, 8, 8, 8]
+    # blocks of 16 (AVX-512): 8 where 8 divides (24, 40) or pads less (20, 100); 16 on a tie (255)
+    assert [choose_block(c, 16, True) for c in (3, 12, 16, 20, 24, 40, 48, 100, 255)] == [3, 8, 16, 8, 8, 8, 16, 8, 16]
+    assert [choose_block(c, 16, False) for c in (12, 24, 17)] == [12, 8, 1]
 
 
 # ---------------------------------------------------------------------------------------------
