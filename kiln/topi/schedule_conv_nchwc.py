@@ -1,7 +1,8 @@
 """x86 schedule of a blocked (NCHW[x]c) convolution group: a register-blocked micro-kernel.
 
-Each tile is `oc_tile` output channel blocks x `ow_tile` output columns, one 8-float vector of
-channels per (block, column): 16 to 28 accumulators that gcc keeps in registers because the tile loops
+Each tile is `oc_tile` output channel blocks x `ow_tile` output columns, one vector of channels per
+(block, column; a block is 8 floats, or 16 on AVX-512 hosts: kiln.transform.layout.default_block):
+16 to 28 accumulators that gcc keeps in registers because the tile loops
 are unrolled (a loop over them by a variable index would put them in memory) and the channel loop
 is the vector. The reduction (input channel blocks, kernel rows and columns, channels inside a
 block) runs outside the tile, so every step is one broadcast input value times a weight vector
