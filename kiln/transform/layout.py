@@ -64,7 +64,7 @@ def convert_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
 # ---------------------------------------------------------------------------------------------
 # AlterOpLayout
 
-MIN_BLOCK = 8  # a block narrower than a block of 16 channels may fall back to (one AVX2 vector)
+MIN_BLOCK = 8  # the narrowest block a wider default block falls back to (one AVX2 vector of float32)
 DEFAULT_PAD = True  # PassContext.config["alter_op_layout.pad_channels"]: True, False (see choose_block)
 DEFAULT_WINOGRAD = "auto"  # PassContext.config["alter_op_layout.winograd"]: "auto", True (every eligible conv), False
 WINOGRAD_TILE = 4  # m of F(m x m, 3 x 3) when forced (True); PassContext.config["alter_op_layout.winograd_tile"]
