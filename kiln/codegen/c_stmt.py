@@ -16,6 +16,7 @@ from kiln.tir import expr as E
 from kiln.tir import stmt as S
 from kiln.tir.bound import is_int
 from kiln.tir.expr import elem_of, lanes_of
+from kiln.tir.functor import map_expr, substitute
 from kiln.tir.transform.simplify import loop_range
 
 STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
@@ -81,7 +82,48 @@ def _loop_pragma(p: FunctionPrinter, s: S.For) -> str | None:
     return None
 
 
+def _clamp_halves(s: S.For, pragma: str | None) -> tuple[S.For, S.For] | None:
+    """A simd loop that stores min(max(x, lo), hi) (a fused Clip / relu6, either nesting, float constants
+    as bounds) as two loops: the outer bound applied in place to what the first stored. In one loop gcc
+    folds the two selects into one mask expression (10 compare/blend/mask ops a vector for NaN-exact
+    bounds); apart, each is one IEEE max/min. mobilenet_v2's 3x3 depthwise on 14x14x384, timed alone
+    with its data in cache, 1 thread: 57 -> 78 GFLOP/s (84 with no clamp at all); inside the model,
+    where its input comes from L2, 1-6%."""
+    body = s.body
+    if pragma is None or "simd" not in pragma or not isinstance(body, S.BufferStore):
+        return None
+    v = body.value
+    if not (isinstance(v, (E.Min, E.Max)) and isinstance(v.a, (E.Min, E.Max)) and type(v.a) is not type(v)
+            and isinstance(v.b, E.FloatImm) and isinstance(v.a.b, E.FloatImm)):
+        return None
+    # exact only where the store keeps the value as it is (not float16's rounding) and x reads nothing the
+    # first loop overwrites
+    if body.buffer.dtype != v.dtype or v.dtype not in ("float32", "float64") or _reads(v, body.buffer):
+        return None
+    first = S.For(s.loop_var, s.min, s.extent, s.kind, S.BufferStore(body.buffer, v.a, body.indices), s.annotations)
+    j = E.Var(s.loop_var.name, s.loop_var.dtype)
+    idx = tuple(substitute(i, {s.loop_var: j}) for i in body.indices)
+    second = S.For(j, s.min, s.extent, s.kind,
+                   S.BufferStore(body.buffer, type(v)(E.BufferLoad(body.buffer, idx), v.b), idx), s.annotations)
+    return first, second
+
+
+def _reads(e: E.PrimExpr, buf: S.Buffer) -> bool:
+    found = []
+    map_expr(e, lambda x: found.append(x) if isinstance(x, E.BufferLoad) and x.buffer is buf else None)
+    return bool(found)
+
+
 def _for(p: FunctionPrinter, s: S.For) -> None:
+    halves = _clamp_halves(s, None if p.in_simd else _loop_pragma(p, s))
+    if halves is not None:
+        for h in halves:
+            _for_one(p, h)
+        return
+    _for_one(p, s)
+
+
+def _for_one(p: FunctionPrinter, s: S.For) -> None:
     i, ty = p.declare(s.loop_var), p.ctype(s.loop_var.dtype)
     end = s.extent if is_const(s.min, 0) else E.Add(s.min, s.extent)
     pragma = _loop_pragma(p, s)
