@@ -16,7 +16,7 @@ from kiln.tir import expr as E
 from kiln.tir import stmt as S
 from kiln.tir.bound import is_int
 from kiln.tir.expr import elem_of, lanes_of
-from kiln.tir.functor import map_expr, substitute
+from kiln.tir.functor import substitute, walk
 from kiln.tir.transform.simplify import loop_range
 
 STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
@@ -98,7 +98,8 @@ def _clamp_halves(s: S.For, pragma: str | None) -> tuple[S.For, S.For] | None:
         return None
     # exact only where the store keeps the value as it is (not float16's rounding) and x reads nothing the
     # first loop overwrites
-    if body.buffer.dtype != v.dtype or v.dtype not in ("float32", "float64") or _reads(v, body.buffer):
+    if body.buffer.dtype != v.dtype or v.dtype not in ("float32", "float64") or \
+            any(isinstance(x, E.BufferLoad) and x.buffer is body.buffer for x in walk(v)):
         return None
     first = S.For(s.loop_var, s.min, s.extent, s.kind, S.BufferStore(body.buffer, v.a, body.indices), s.annotations)
     j = E.Var(s.loop_var.name, s.loop_var.dtype)
@@ -108,25 +109,15 @@ def _clamp_halves(s: S.For, pragma: str | None) -> tuple[S.For, S.For] | None:
     return first, second
 
 
-def _reads(e: E.PrimExpr, buf: S.Buffer) -> bool:
-    found = []
-    map_expr(e, lambda x: found.append(x) if isinstance(x, E.BufferLoad) and x.buffer is buf else None)
-    return bool(found)
-
-
 def _for(p: FunctionPrinter, s: S.For) -> None:
-    halves = _clamp_halves(s, None if p.in_simd else _loop_pragma(p, s))
-    if halves is not None:
-        for h in halves:
-            _for_one(p, h)
-        return
-    _for_one(p, s)
+    pragma = _loop_pragma(p, s)
+    for loop in _clamp_halves(s, pragma) or (s,):  # the halves keep the loop's kind, so its pragma
+        _for_one(p, loop, pragma)
 
 
-def _for_one(p: FunctionPrinter, s: S.For) -> None:
+def _for_one(p: FunctionPrinter, s: S.For, pragma: str | None) -> None:
     i, ty = p.declare(s.loop_var), p.ctype(s.loop_var.dtype)
     end = s.extent if is_const(s.min, 0) else E.Add(s.min, s.extent)
-    pragma = _loop_pragma(p, s)
     if pragma:
         p.emit(pragma)
     p.emit(f"for ({ty} {i} = {p.expr(s.min)}; {i} < {p.expr(end)}; ++{i}) {{")
