@@ -1,7 +1,8 @@
 """Measure this machine's FP32 peak and memory bandwidth: the ceilings Kiln's speed is judged by.
 
-- FMA peak: a C kernel of independent AVX2 FMA chains (8 accumulators of 8 lanes) per thread,
-  compiled with Kiln's gcc flags; GFLOP/s = 2 * 8 lanes * 8 chains * iterations / time.
+- FMA peak: a C kernel of 12 independent FMA chains per thread on the widest vector the host has
+  (16 lanes with AVX-512, else 8), compiled with Kiln's gcc flags; GFLOP/s = 2 * lanes * 12 chains *
+  iterations / time.
 - SGEMM ceiling: numpy's BLAS on a large matrix (the practical peak a GEMM can reach here).
 - Bandwidth: a C triad a[i] = b[i] + s * c[i] over arrays much larger than the caches (OpenMP).
 Prints a table and writes JSON with --json FILE. Threads: 1 and all cores, set explicitly.
@@ -22,26 +23,32 @@ import numpy as np
 from kiln.codegen.compiler import FLAGS, compile_shared, find_compiler
 
 SOURCE = r"""
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
+/* the widest vector this host has (what Kiln's kernels use: -march=native, 512-bit preferred) */
+#ifdef __AVX512F__
+#define LANES 16
+#else
+#define LANES 8
+#endif
+typedef float vec __attribute__((vector_size(4 * LANES)));
+int fma_lanes(void) { return LANES; }
 double fma_peak(int64_t iters, int threads) {
   double t0 = omp_get_wtime();
   float sink = 0.f;
   #pragma omp parallel num_threads(threads) reduction(+:sink)
   {
-    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    /* 12 independent chains: enough to cover 2 FMA ports x 4-5 cycles of latency */
+    vec a[12];
+    for (int j = 0; j < 12; ++j) a[j] = (vec){} + (1.0f + (float)j);
+    const vec m = (vec){} + 0.9999999f, c = (vec){} + 1e-7f;
     for (int64_t i = 0; i < iters; ++i) {
-      a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
-      a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
-      a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
-      a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
+      #pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) a[j] = a[j] * m + c;  /* one FMA (gcc contracts) */
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    float out[8]; _mm256_storeu_ps(out, s);
-    sink += out[0];
+    vec s = a[0];
+    for (int j = 1; j < 12; ++j) s += a[j];
+    sink += s[0];
   }
   double t = omp_get_wtime() - t0;
   return sink == 12345.f ? -t : t;  /* keep the work observable */
@@ -64,6 +71,7 @@ def build() -> ctypes.CDLL:
     compile_shared(src, lib, find_compiler(), FLAGS)
     dll = ctypes.CDLL(str(lib))
     dll.fma_peak.restype, dll.fma_peak.argtypes = ctypes.c_double, [ctypes.c_int64, ctypes.c_int]
+    dll.fma_lanes.restype, dll.fma_lanes.argtypes = ctypes.c_int, []
     dll.triad.restype = ctypes.c_double
     dll.triad.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
                           ctypes.c_int]
@@ -72,7 +80,7 @@ def build() -> ctypes.CDLL:
 
 def fma_gflops(dll: ctypes.CDLL, threads: int, iters: int = 200_000_000) -> float:
     best = min(abs(dll.fma_peak(iters, threads)) for _ in range(3))
-    return 2 * 8 * 8 * iters * threads / best / 1e9
+    return 2 * dll.fma_lanes() * 12 * iters * threads / best / 1e9
 
 
 def triad_gbs(dll: ctypes.CDLL, threads: int, n: int = 1 << 25) -> float:

@@ -11,9 +11,13 @@ from pathlib import Path
 
 from kiln.errors import CompileError, CompilerNotFoundError  # noqa: F401  (re-exported)
 
-# -fno-math-errno: nothing reads errno, and it lets gcc vectorize sqrt and friends
+# -fno-math-errno: nothing reads errno, and it lets gcc vectorize sqrt and friends.
+# -mprefer-vector-width=512: on AVX-512 hosts -march=native still vectorizes with 256-bit vectors (a tuning
+# for older Intel parts that clock down), half the FMA rate of a part with two 512-bit FMA ports: resnet50
+# 46.1 -> 33.3 ms, mobilenet_v2 4.05 -> 2.83 ms, BERT 17.0 -> 12.8 ms (2 threads, Xeon with AVX-512). A no-op
+# on hosts without AVX-512
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-shared", "-fPIC",
-                          "-std=gnu11")
+                          "-std=gnu11", "-mprefer-vector-width=512")
 LIBS: tuple[str, ...] = ("-lm",)
 ERROR_LINES = 12  # how much of gcc's complaint an error message quotes
 
