@@ -9,6 +9,7 @@ and C become elementwise ops after the product, which FuseOps fuses into its sto
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -35,6 +36,26 @@ def host_vector_bytes() -> int:
     except OSError:
         pass
     return 32
+
+
+@functools.lru_cache(maxsize=1)
+def host_l2_bytes() -> int:
+    """One core's L2 cache (sysfs), or 1 MiB when the host does not say: what a schedule can expect to
+    stay cached between two passes over a tensor."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(base)):
+            d = os.path.join(base, index)
+            with open(os.path.join(d, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(d, "size")) as f:
+                size = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return 1 << 20
 
 
 def panel_width(dtype: str, ctx: PassContext) -> int:

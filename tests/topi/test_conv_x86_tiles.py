@@ -98,3 +98,21 @@ def test_a_patch_embedding_keeps_its_kernel_rows_rolled():
     feeds = {"x": rng.standard_normal((1, 3, 64, 48)).astype(np.float32)}
     np.testing.assert_allclose(kiln.build(mod, opt_level=3).run(feeds)[0], kiln.evaluate(mod, feeds)[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs, ws, weights_outer", [
+    ((1, 64, 5, 5), (64, 64, 3, 3), True),  # 147 KB of weights, 10 KB of padded input
+    ((1, 16, 31, 29), (16, 16, 1, 1), False),  # 57 KB of input, 1 KB of weights
+])
+def test_weights_outside_rows_when_they_outgrow_the_cache(monkeypatch, xs, ws, weights_outer):
+    """Channel blocks go outside rows when rows outside would stream more bytes (_weights_outer: the weights
+    once per row once they are past L2, against the input once per channel tile). A 16 KB L2 stands in for
+    the host's so small convs take both sides; the results equal the interpreter's either way."""
+    import kiln.topi.schedule_conv_nchwc as sc
+
+    monkeypatch.setattr(sc, "host_l2_bytes", lambda: 16 << 10)
+    decided = []
+    real = sc._weights_outer
+    monkeypatch.setattr(sc, "_weights_outer", lambda *a: decided.append(real(*a)) or decided[-1])
+    _check(xs, lambda x: get_op("nn.relu")(_conv(x, ws, pads=(ws[2] // 2,) * 4)))
+    assert decided == [weights_outer]
