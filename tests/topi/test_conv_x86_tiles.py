@@ -116,3 +116,22 @@ def test_weights_outside_rows_when_they_outgrow_the_cache(monkeypatch, xs, ws, w
     monkeypatch.setattr(sc, "_weights_outer", lambda *a: decided.append(real(*a)) or decided[-1])
     _check(xs, lambda x: get_op("nn.relu")(_conv(x, ws, pads=(ws[2] // 2,) * 4)))
     assert decided == [weights_outer]
+
+
+def test_tile_steps_walk_columns_outside_channel_blocks():
+    """Inside a reduction step the tile's statements go column by column, each column's channel blocks
+    together: the input value they share is broadcast into one register and used at once (blocks outside
+    would hold every column's broadcast at once: 4 x 7 accumulators + 7 broadcasts + a weight is 36 of 32
+    registers, and gcc spills accumulators)."""
+    import re
+
+    x = Var("x", TensorType((1, 64, 7, 14), F32))
+    mod = IRModule({"main": Function((x,), _conv(x, (64, 64, 1, 1)))})
+    with applying({"conv.oc_tile": 4, "conv.ow_tile": 7}):
+        kernels, _, _ = lower_groups(fuse(mod, 3))
+    code = generate([k.func for k in kernels]).code
+    steps = re.findall(r"conv_acc\[[^\]]*\] = \(conv_acc\[[^\]]*\] \+ \((p\d+\[[^\]]*\]) \* (p\d+\[[^\]]*\])\)\)", code)
+    assert len(steps) == 28
+    first_input = steps[0][0]
+    assert [s[0] for s in steps[:4]] == [first_input] * 4  # one column's four blocks read one input value
+    assert steps[4][0] != first_input
