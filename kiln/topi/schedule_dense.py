@@ -75,6 +75,9 @@ def schedule_dense(outputs: Sequence[Tensor]) -> Schedule | None:
 
 MR = 6  # rows of the register tile: MR x nr accumulators (12 of AVX2's 16 vector registers)
 MR_WIDE = 8  # with AVX-512's 32 vector registers: 16 accumulators, and 128-row products tile exactly
+# with AVX-512, tiles of 6 rows x two packed panels (4 vectors, 64 floats): 24 accumulators + 4 B vectors + a
+# broadcast, 10 loads per 24 FMAs against 8 x 1 panel's 10 per 16. BERT 0.91x, the MLP 0.97x (2 threads, Xeon)
+WIDE_PANELS = 2
 PARALLEL_MIN_MACS = 1 << 18  # below this many multiply-adds one thread finishes before a team starts
 FEW_ROW_TILES = 4  # fewer row tiles than this: the batch loops are not worth a parallel loop of their own
 PANEL_MAJOR_ROWS = 256  # up to this many rows (a transformer at batch 1): panels outermost ("nm"), see below
@@ -103,6 +106,17 @@ def default_mr() -> int:
     return MR_WIDE if host_vector_bytes() >= 64 else MR
 
 
+def default_panels() -> int:
+    """Packed panels per register tile by default (WIDE_PANELS with AVX-512)."""
+    return WIDE_PANELS if host_vector_bytes() >= 64 else 1
+
+
+def tile_rows(panels: int) -> int:
+    """Rows of a register tile `panels` packed panels wide, by default: 12-16 accumulators for one panel,
+    24 for two (a knob, "dense.mr", overrides it)."""
+    return default_mr() if panels == 1 else MR
+
+
 def _panel_major(i: IterVar, red: Stage) -> bool:
     """Panels outermost when A is small: the parallel loop then splits the panels evenly in one team,
     each thread reads only its own panels of B once, and A (a few hundred short rows) stays in cache
@@ -128,7 +142,7 @@ def schedule_dense_packed(outputs: Sequence[Tensor]) -> Schedule | None:
     nr = dict(a.red.op.attrs).get("panel")
     if nr is None:
         return None
-    return register_tiles(a, nr, knob("dense.panels", (1, 2, 4), 1))
+    return register_tiles(a, nr, knob("dense.panels", (1, 2, 4), default_panels()))
 
 
 def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
@@ -154,7 +168,7 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
         # sequence-first attention, tile S; tiling the 1 would stream B once per row)
         r = next((k for k in reversed(range(len(outer))) if static(outer[k].dom.extent) != 1), len(outer) - 1)
         i, ri = outer.pop(r), router.pop(r)
-        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), default_mr()))
+        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), tile_rows(panels)))
         order = knob("dense.order", ("mn", "nm"), "nm" if _panel_major(i, red) else "mn")
         tiles = _column_blocks(out, red, jo, io, nr * panels) if order == "mn" else [jo, io]
         out.reorder(*outer, *tiles, ii, ji)

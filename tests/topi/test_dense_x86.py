@@ -131,10 +131,11 @@ def test_large_products_block_the_columns_of_b():
     assert src.index("for (int64_t i1_outer_outer") < src.index("#pragma omp parallel for")
 
 
-def _kernel_source(mod: IRModule) -> str:
+def _kernel_source(mod: IRModule, config: dict | None = None) -> str:
     from kiln.codegen.c_source import generate
 
-    kernels, _, host = lower_groups(fuse(mod))
+    with applying(config or {}):
+        kernels, _, host = lower_groups(fuse(mod))
     assert not host
     return generate([k.func for k in kernels]).code
 
@@ -226,7 +227,8 @@ def test_few_rows_put_the_panels_outermost_in_one_team():
 def test_few_rows_with_a_long_k_keep_the_row_tiles_outermost():
     """BERT's FFN-down (128 x 1536 A: 768 KB) would stream A from L3 once per panel: rows stay outside."""
     a = Var("a", TensorType((1, 128, 1536), F32))
-    src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))}))
+    src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))}),
+                         {"dense.panels": 1})
     assert src.index("for (int64_t i1_outer") < src.index("for (int64_t i2_outer_inner")  # panels inside row tiles
 
 
@@ -243,8 +245,8 @@ def test_rows_skip_unit_axes(claimed, ashape):
     a = Var("a", TensorType(ashape, F32))
     mod = IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(ashape[-1], 40)))})
     _check([a], mod.main.body, {"a": rng.standard_normal(ashape).astype(np.float32)})
-    from kiln.topi.schedule_dense import default_mr
+    from kiln.topi.schedule_dense import default_panels, tile_rows
 
     r = max(k for k, n in enumerate(ashape[:-1]) if n != 1)
-    assert f"i{r}_outer < {ashape[r] // default_mr()}LL" in _kernel_source(mod)  # row tiles over the S axis
+    assert f"i{r}_outer < {ashape[r] // tile_rows(default_panels())}LL" in _kernel_source(mod)  # row tiles over the S axis
     assert claimed[-1] == "schedule_dense_packed"
