@@ -17,8 +17,6 @@ import subprocess
 import sys
 import time
 
-# FMA peak of this machine's cores (GFLOP/s, fp32), measured with a register-resident FMA loop
-DEFAULT_PEAK = {1: 116.0, 2: 135.0}
 
 
 def parse_shape(s: str) -> tuple[int, int, int]:
@@ -40,7 +38,7 @@ def child(args: argparse.Namespace) -> None:
     from kiln.topi.knobs import applying
 
     rng = np.random.default_rng(0)
-    peak = args.peak or DEFAULT_PEAK.get(args.threads)
+    peak = args.peak or measured_peak(args.threads)
     for shape in args.shapes:
         m, k, n = parse_shape(shape)
         a = Var("a", TensorType((m, k), "float32"))
@@ -78,6 +76,14 @@ def child(args: argparse.Namespace) -> None:
               f"best {best['numpy'] / best['kiln']:.2f}x", flush=True)
 
 
+def measured_peak(threads: int) -> float:
+    """This machine's FP32 FMA peak at `threads` threads, measured now (scripts/machine_limits.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import machine_limits
+
+    return machine_limits.fma_gflops(machine_limits.build(), threads, 50_000_000)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", default=["1024x1024x1024"], help="MxKxN products")
@@ -88,7 +94,7 @@ def main() -> None:
     p.add_argument("--max-runs", type=int, default=200)
     p.add_argument("--opt-level", type=int, default=2)
     p.add_argument("--knob", action="append", metavar="NAME=VALUE", help="a schedule knob, e.g. dense.mr=4")
-    p.add_argument("--peak", type=float, default=None, help="FMA peak in GFLOP/s (default: measured table)")
+    p.add_argument("--peak", type=float, default=None, help="FMA peak in GFLOP/s (default: measured in this run)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
