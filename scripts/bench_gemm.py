@@ -18,7 +18,6 @@ import sys
 import time
 
 
-
 def parse_shape(s: str) -> tuple[int, int, int]:
     m, k, n = (int(x) for x in s.lower().split("x"))
     return m, k, n

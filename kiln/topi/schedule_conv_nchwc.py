@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kiln.ir.dtype import to_numpy
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
@@ -98,12 +99,14 @@ def _expands(a: Anchor) -> bool:
     data = next(iter(loads_of(a.sched, a.red)), None)
     if data is None:
         return False
-    out_size, in_size = data_size(a.out), 1
-    for d in data.producer.shape:
-        if static(d) is None:
-            return False
-        in_size *= static(d)
-    return out_size is not None and out_size > in_size
+    out_size, in_size = data_size(a.out), _elements(data.producer)
+    return out_size is not None and in_size is not None and out_size > in_size
+
+
+def _elements(t: Tensor) -> int | None:
+    """Elements of a tensor (None when symbolic)."""
+    dims = [static(d) for d in t.shape]
+    return None if any(d is None for d in dims) else math.prod(dims)
 
 
 def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int | None, oc_tile: int) -> bool:
@@ -122,10 +125,10 @@ def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int |
         if any(t is u for u in seen):
             continue
         seen.append(t)
-        dims = [static(d) for d in t.shape]
-        if any(d is None for d in dims):
+        n = _elements(t)
+        if n is None:
             return False
-        sizes.append(math.prod(dims) * _itemsize(t.dtype))
+        sizes.append(n * np.dtype(to_numpy(t.dtype)).itemsize)
     if len(sizes) < 2:
         return False
     data, weights = sizes[0], sizes[1]
@@ -133,13 +136,6 @@ def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int |
     rows_order = (weights if weights <= l2 else batch * rows * weights) + data
     blocks_order = weights + (data if data <= l2 else tiles * data)
     return blocks_order < rows_order
-
-
-def _itemsize(dtype: str) -> int:
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
-        return 4
 
 
 def _root_rows(st: Stage) -> None:
