@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,18 +25,43 @@ from kiln.ir.dtype import to_numpy
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
-from kiln.transform.pack_dense import host_l2_bytes
+from kiln.transform.pack_dense import host_l2_bytes, host_vector_registers
 from kiln.topi.schedule_transform import row_nest
 from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, loads_of, materialize,
                                       parallel_outer, static)
 
-# vector accumulators per tile, of AVX-512VL's 32 registers (Zen 4): ~16 (measured best on most
-# layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little
-# reuse: a row that is one tile (7x7: 4 x 7 beats 2 x 7 by ~8%), a channel count that only one block
-# divides (3 blocks: 3 x 7 beats 1 x 7 by ~20%), or an expansion (output bound: ~10%). The stem keeps 16.
-ACCUMULATORS = 16
-WIDE_ACCUMULATORS = 28
-STEM_ACCUMULATORS = 16
+# vector accumulators per tile, by the host's vector registers. Of AVX-512VL's 32 (Zen 4): ~16 (measured best on
+# most layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little reuse:
+# a row that is one tile (7x7: 4 x 7 beats 2 x 7 by ~8%), a channel count that only one block divides (3
+# blocks: 3 x 7 beats 1 x 7 by ~20%), or an expansion (output bound: ~10%). The stem keeps 16.
+# Of AVX2's 16 (Zen 3): a tile also holds a weight vector per block and a broadcast, so 16 and 28 spill.
+# resnet50's convs alone, 1 thread, against the 32-register tiles (2 x 7, 4 x 7): one block x 7 columns
+# 1.0-1.8x faster on 1x1 and 3x3 convs; two blocks x 7 on Winograd's batched products (they share each
+# broadcast: 33 against 21 GFLOP/s), expansions and rows of one tile.
+
+
+@dataclass(frozen=True)
+class Accumulators:
+    """Vector accumulators a tile may hold: `base` by default, `wide` where the base leaves little reuse
+    (see above), `stem` for a few-channel stem, `grouped` for a grouped conv's batched products (None: as
+    any other conv)."""
+
+    base: int
+    wide: int
+    stem: int
+    grouped: int | None
+
+
+BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None),
+           16: Accumulators(base=8, wide=14, stem=14, grouped=14)}
+ACCUMULATOR_CHOICES = {32: (None, 16, 21, 24, 28), 16: (None, 7, 8, 12, 14)}  # conv.accumulators
+
+
+def budget(registers: int | None = None) -> Accumulators:
+    """The accumulator budgets of a host with `registers` vector registers (this host's by default)."""
+    return BUDGETS[32 if (registers or host_vector_registers()) >= 32 else 16]
+
+
 # a stem's kernel row x input channels unrolled at most (7x7 x 3 is 21). Not an 8x8 patch embedding's 24: gcc
 # took 20 s (CPU) on that one kernel (alias walking over 336 unrolled FMA statements), for 3% speed
 STEM_UNROLLED_TAPS = 21
@@ -52,12 +78,14 @@ DW_WIDE_COLUMNS = (16, 14, 12)
 DW_WIDE_MAX_ROW = 32
 
 
-def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None) -> tuple[int, int]:
+def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None,
+                  registers: int | None = None) -> tuple[int, int]:
     """(oc_tile, ow_tile): a column tile of 5..8 that divides the row (else the row, or 7 guarded),
     then as many channel blocks as divide the channels and keep <= `accumulators` vectors (by default
-    ACCUMULATORS, or WIDE_ACCUMULATORS as above); a channel count that no such tile fits gets
-    _awkward_channels' tiles. 7 before 8: with 8 columns of a 1x1 conv gcc turns the broadcasts into a
-    strided vector load (half the speed)."""
+    the budget's base, or its wide one as above); with 32 registers, a channel count that no such tile
+    fits gets _awkward_channels' tiles. 7 before 8: with 8 columns of a 1x1 conv gcc turns the
+    broadcasts into a strided vector load (half the speed)."""
+    acc = budget(registers)
     if ow is None:
         ow_tile = 7
     else:
@@ -69,27 +97,27 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
 
     if accumulators is not None:
         oc_tile = channel_tile(accumulators)
-        if accumulators < WIDE_ACCUMULATORS:  # the stem's 16: no fallback
+        if accumulators < acc.wide:  # the stem's or a grouped conv's budget: no fallback
             return oc_tile, ow_tile
     else:
-        oc_tile = channel_tile(WIDE_ACCUMULATORS if ow is not None and ow <= ow_tile else ACCUMULATORS)
-        if oc_tile == 1:
-            oc_tile = channel_tile(WIDE_ACCUMULATORS)
-    if oc_tile == 1 and ow is not None and oc_blocks is not None and oc_blocks > 1:
-        return _awkward_channels(ow, oc_blocks)
+        oc_tile = channel_tile(acc.wide if ow is not None and ow <= ow_tile else acc.base)
+        if oc_tile == 1 and acc.base >= 2 * ow_tile:  # the base held two blocks, but none divides
+            oc_tile = channel_tile(acc.wide)
+    if oc_tile == 1 and ow is not None and oc_blocks is not None and oc_blocks > 1 and acc.base >= 2 * ow_tile:
+        return _awkward_channels(ow, oc_blocks, acc.wide)
     return oc_tile, ow_tile
 
 
-def _awkward_channels(ow: int, oc_blocks: int) -> tuple[int, int]:
+def _awkward_channels(ow: int, oc_blocks: int, wide: int) -> tuple[int, int]:
     """Tiles for a channel-block count with no divisor that fits beside a 5..8 column tile (1000
     classes are 125 blocks, 40 channels 5, 56 channels 7): a 1 x 7 tile loads a broadcast for every
-    FMA. Measured on 1 thread against 1 x 7: 5 blocks x 5 columns, the last tile guarded, 0.82-0.94x
-    (125 blocks at 13 and 14 wide, 5 blocks at 7, 28, 29 and 56, 25 blocks at 14); without such a
-    divisor, one block x a row of up to 16 (or 14 columns) 0.87-0.94x (7 and 11 blocks, 13 to 56
+    FMA. Measured on 1 thread against 1 x 7 (32 registers): 5 blocks x 5 columns, the last tile guarded,
+    0.82-0.94x (125 blocks at 13 and 14 wide, 5 blocks at 7, 28, 29 and 56, 25 blocks at 14); without such
+    a divisor, one block x a row of up to 16 (or 14 columns) 0.87-0.94x (7 and 11 blocks, 13 to 56
     wide). Not 4 columns: gcc turns a 1x1 conv's 4 broadcasts into a strided load (1.6-1.7x slower)."""
     o = max(t for t in OC_TILES if t <= 5 and oc_blocks % t == 0)
     if o > 1:
-        return o, min(ow, EXACT_COLUMNS, WIDE_ACCUMULATORS // o)
+        return o, min(ow, EXACT_COLUMNS, wide // o)
     return 1, ow if ow <= 16 else next((t for t in (14, 12) if ow % t == 0), 14)
 
 
@@ -162,9 +190,10 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     c, ky, kx, ci = red.op.reduce_axis
     few_channels = (static(ci.dom.extent) or 8) < 8  # the stem
     expands = _expands(a)
-    acc = STEM_ACCUMULATORS if few_channels else WIDE_ACCUMULATORS if expands else None
-    acc = knob("conv.accumulators", (None, 16, 21, 24, 28), acc)
     per_group = dict(red.op.attrs).get("per_group")  # a grouped conv: Winograd's batched products, ResNeXt
+    budgets = budget()
+    acc = budgets.stem if few_channels else budgets.wide if expands else budgets.grouped if per_group else None
+    acc = knob("conv.accumulators", ACCUMULATOR_CHOICES[host_vector_registers()], acc)
     oc_default, ow_default = default_tiles(static(x.dom.extent), per_group or static(m.dom.extent), acc)
     ow_tile = knob("conv.ow_tile", OW_TILES, ow_default)
     oc_tile = knob("conv.oc_tile", OC_TILES, oc_default)

@@ -38,6 +38,12 @@ def host_vector_bytes() -> int:
     return 32
 
 
+def host_vector_registers() -> int:
+    """Vector registers gcc can allocate on this machine: 32 with AVX-512 (zmm0-31), else 16 (ymm0-15).
+    A register tile's accumulators, weights and broadcasts must fit in them, or gcc spills to the stack."""
+    return 32 if host_vector_bytes() >= 64 else 16
+
+
 @functools.lru_cache(maxsize=1)
 def host_l2_bytes() -> int:
     """One core's L2 cache (sysfs), or 1 MiB when the host does not say: what a schedule can expect to

@@ -16,7 +16,7 @@ from kiln.op import get_op
 from kiln.codegen.c_source import generate
 from kiln.runtime.executor import build, fuse, lower_groups
 from kiln.topi.knobs import KnobSpace, applying
-from kiln.topi.schedule_conv_nchwc import STEM_ACCUMULATORS, default_tiles
+from kiln.topi.schedule_conv_nchwc import budget, default_tiles
 from kiln.transform import PassContext
 from tests.helpers import op_names
 from tests.topi.conftest import SCHEDULE_TEST
@@ -201,16 +201,31 @@ def test_depthwise_knobs():
     (56, 11, (1, 14)), (13, 7, (1, 13)), (28, 7, (1, 14)),  # no divisor at all: one block, up to 16 columns
 ])
 def test_default_tiles(ow, blocks, want):
-    """~16 accumulators (28 where 16 leaves little reuse): a column tile of 5..8 dividing the row (7
-    first), channel blocks dividing the channels; a channel count that no such tile divides gets 5 x 5
-    or a row of one block."""
-    assert default_tiles(ow, blocks) == want
+    """32 vector registers (AVX-512): ~16 accumulators (28 where 16 leaves little reuse): a column tile of
+    5..8 dividing the row (7 first), channel blocks dividing the channels; a channel count that no such
+    tile divides gets 5 x 5 or a row of one block."""
+    assert default_tiles(ow, blocks, registers=32) == want
 
 
-@pytest.mark.parametrize("ow, blocks, want", [(112, 4, (2, 7)), (112, 8, (2, 7)), (56, 3, (1, 7)), (4, 6, (3, 4))])
-def test_default_tiles_of_the_stem(ow, blocks, want):
-    """The stem (few input channels, taps unrolled) keeps 16 accumulators."""
-    assert default_tiles(ow, blocks, STEM_ACCUMULATORS) == want
+@pytest.mark.parametrize("ow, blocks, want", [
+    (56, 8, (1, 7)), (28, 16, (1, 7)), (14, 32, (1, 7)), (16, 2, (1, 8)), (56, 3, (1, 7)), (13, 125, (1, 7)),
+    (7, 64, (2, 7)), (4, 6, (3, 4)), (1, 64, (8, 1)),  # a row in one tile: up to 14
+])
+def test_default_tiles_with_16_registers(ow, blocks, want):
+    """16 vector registers (AVX2): the accumulators, a weight vector per block and the broadcast must fit,
+    so one block of 7..8 columns (8 accumulators), two blocks where the row is one tile; never more than
+    14 accumulators."""
+    assert default_tiles(ow, blocks, registers=16) == want
+    assert default_tiles(ow, blocks, budget(16).wide, registers=16)[0] * want[1] <= 14
+
+
+@pytest.mark.parametrize("registers, ow, blocks, want", [
+    (32, 112, 4, (2, 7)), (32, 112, 8, (2, 7)), (32, 56, 3, (1, 7)), (32, 4, 6, (3, 4)),
+    (16, 112, 4, (2, 7)), (16, 56, 3, (1, 7)), (16, 4, 6, (3, 4)),
+])
+def test_default_tiles_of_the_stem(registers, ow, blocks, want):
+    """The stem (few input channels, taps unrolled) keeps 16 accumulators (14 of 16 registers)."""
+    assert default_tiles(ow, blocks, budget(registers).stem, registers=registers) == want
 
 
 @pytest.mark.parametrize("indices", [False, True])
