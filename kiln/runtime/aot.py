@@ -31,7 +31,7 @@ from kiln.runtime.executor import describe_group, fuse, lower_groups
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
-from kiln.runtime.memory_plan import ALIGN, Step, plan_memory
+from kiln.runtime.memory_plan import ALIGN, Step, aligned, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext
 
@@ -158,7 +158,7 @@ class AotModule:
         self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
         self._params = [(p.name, p.type) for p in mod.main.params]
         self._outputs = outputs
-        self._weights = [np.ascontiguousarray(w) for w in weights]
+        self._weights = [aligned(w) for w in weights]
         self._weight_ptrs = (ctypes.c_void_p * max(len(weights), 1))(*[w.ctypes.data for w in self._weights])
         self._arena = np.empty(arena_bytes + ALIGN, np.uint8)
         addr = self._arena.ctypes.data

@@ -29,6 +29,7 @@ from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
 from kiln.runtime.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.kernel_cache import KernelCache
+from kiln.runtime.memory_plan import aligned
 from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk
@@ -48,10 +49,14 @@ class CompiledKernel:
     bindings: list[Binding]  # per scalar param: the input or output dim its value is
     outputs: list[Buffer]
     group: Function  # the Primitive function, to find value-dependent output shapes (shape_eval)
+    constants: list[np.ndarray] = field(init=False, repr=False)  # the kernel's, on 64-byte boundaries
+
+    def __post_init__(self) -> None:
+        self.constants = [aligned(c) for c in self.kernel.constants]
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
         # NOTE: not np.ascontiguousarray, which turns a 0-d array into a 1-d one
-        ins = [np.asarray(a, order="C") for a in args] + self.kernel.constants
+        ins = [np.asarray(a, order="C") for a in args] + self.constants
         if None in self.bindings:
             return runtime_lib.call(self.fn, ins)
         shapes = output_shapes(self.group, ins[:self.kernel.num_params]) \

@@ -13,9 +13,26 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
 
 ALIGN = 64
+
+
+def aligned(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
+    """`a` as a C-contiguous array whose data starts on an `align`-byte boundary (a copy only when it does
+    not already). numpy aligns large arrays to 16 bytes only, so a weight's 32-byte vectors straddle two cache
+    lines every other load: resnet50's 1x1 256 -> 1024 conv (AVX2, 1 thread) 1.62 ms with numpy's placement,
+    1.42 ms with every buffer on 64 bytes."""
+    a = np.asarray(a, order="C")
+    if a.ctypes.data % align == 0 or a.nbytes == 0:
+        return a
+    buf = np.empty(a.nbytes + align, np.uint8)
+    start = -buf.ctypes.data % align
+    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
 
 
 

@@ -49,6 +49,12 @@ def test_small_cnn_matches_interpreter(cnn):
         np.testing.assert_allclose(got, kiln.evaluate(mod, {"image": x})[0], rtol=1e-4, atol=1e-6)
 
 
+def test_weights_start_on_64_bytes(cnn):
+    """Every weight the entry reads sits on a 64-byte boundary: numpy places large arrays on 16."""
+    _, aot = cnn
+    assert aot.weights and all(w.ctypes.data % ALIGN == 0 and w.flags.c_contiguous for w in aot.weights)
+
+
 def test_small_cnn_memory_report(cnn):
     _, aot = cnn
     r = aot.memory_report()
