@@ -221,7 +221,10 @@ def test_qlinear_conv_matches_onnxruntime(case, per_channel):
     xs, ws = case.pop("x"), case.pop("w")
     m = ws[0]
     x = RNG.integers(0, 255, xs).astype(np.uint8)
-    w = RNG.integers(-100, 100, ws).astype(np.int8)
+    # NOTE: weights within [-64, 64): on AVX2 hosts without VNNI, ORT's u8 x s8 kernel adds products in pairs into
+    # saturating int16 (vpmaddubsw: 255 x 100 x 2 > 32767) and was off by up to 24 in a few elements (ORT 1.31 and
+    # 1.32, AMD EPYC); 255 x 64 x 2 fits. Kiln accumulates in int32 either way
+    w = RNG.integers(-64, 64, ws).astype(np.int8)
     w_s = RNG.uniform(0.001, 0.01, m).astype(np.float32) if per_channel else np.array(0.005, np.float32)
     w_z = np.zeros(m, np.int8) if per_channel else np.array(0, np.int8)
     feeds = {"x": x, "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8), "w": w, "ws": w_s,
