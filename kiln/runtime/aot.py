@@ -31,7 +31,7 @@ from kiln.runtime.executor import describe_group, fuse, lower_groups
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
-from kiln.runtime.memory_plan import ALIGN, Step, aligned, plan_memory
+from kiln.runtime.memory_plan import Step, aligned, aligned_empty, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext
 
@@ -160,9 +160,8 @@ class AotModule:
         self._outputs = outputs
         self._weights = [aligned(w) for w in weights]
         self._weight_ptrs = (ctypes.c_void_p * max(len(weights), 1))(*[w.ctypes.data for w in self._weights])
-        self._arena = np.empty(arena_bytes + ALIGN, np.uint8)
-        addr = self._arena.ctypes.data
-        self._arena_ptr = ctypes.c_void_p(addr + (-addr % ALIGN))
+        self._arena = aligned_empty(arena_bytes, np.uint8)
+        self._arena_ptr = ctypes.c_void_p(self._arena.ctypes.data)
         self._entry = getattr(library.lib, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._entry.restype = ctypes.c_int32

@@ -20,6 +20,16 @@ from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
 ALIGN = 64
 
 
+def aligned_empty(shape: tuple[int, ...] | int, dtype: np.dtype | str, align: int = ALIGN) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    start = -buf.ctypes.data % align
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def aligned(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
     """`a` as a C-contiguous array whose data starts on an `align`-byte boundary (a copy only when it does
     not already). numpy aligns large arrays to 16 bytes only, so a weight's 32-byte vectors straddle two cache
@@ -28,12 +38,9 @@ def aligned(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
     a = np.asarray(a, order="C")
     if a.ctypes.data % align == 0 or a.nbytes == 0:
         return a
-    buf = np.empty(a.nbytes + align, np.uint8)
-    start = -buf.ctypes.data % align
-    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out = aligned_empty(a.shape, a.dtype, align)
     out[...] = a
     return out
-
 
 
 @dataclass(frozen=True)

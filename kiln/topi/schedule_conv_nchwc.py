@@ -44,17 +44,17 @@ from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, 
 class Accumulators:
     """Vector accumulators a tile may hold: `base` by default, `wide` where the base leaves little reuse
     (see above), `stem` for a few-channel stem, `grouped` for a grouped conv's batched products (None: as
-    any other conv)."""
+    any other conv); `choices` are the conv.accumulators knob's values."""
 
     base: int
     wide: int
     stem: int
     grouped: int | None
+    choices: tuple[int | None, ...]
 
 
-BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None),
-           16: Accumulators(base=8, wide=14, stem=14, grouped=14)}
-ACCUMULATOR_CHOICES = {32: (None, 16, 21, 24, 28), 16: (None, 7, 8, 12, 14)}  # conv.accumulators
+BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None, choices=(None, 16, 21, 24, 28)),
+           16: Accumulators(base=8, wide=14, stem=14, grouped=14, choices=(None, 7, 8, 12, 14))}
 
 
 def budget(registers: int | None = None) -> Accumulators:
@@ -91,6 +91,8 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
     else:
         ow_tile = next((t for t in COLUMN_PREFERENCE if ow % t == 0), ow if ow <= 8 else 7)
 
+    two_blocks = acc.base >= 2 * ow_tile  # 32 registers: the base budget holds two blocks of columns
+
     def channel_tile(limit: int) -> int:
         fits = [t for t in OC_TILES if t * ow_tile <= limit and (oc_blocks is None or oc_blocks % t == 0)]
         return max(fits, default=1)
@@ -101,9 +103,9 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
             return oc_tile, ow_tile
     else:
         oc_tile = channel_tile(acc.wide if ow is not None and ow <= ow_tile else acc.base)
-        if oc_tile == 1 and acc.base >= 2 * ow_tile:  # the base held two blocks, but none divides
+        if oc_tile == 1 and two_blocks:  # the base held two blocks, but none divides
             oc_tile = channel_tile(acc.wide)
-    if oc_tile == 1 and ow is not None and oc_blocks is not None and oc_blocks > 1 and acc.base >= 2 * ow_tile:
+    if oc_tile == 1 and two_blocks and ow is not None and oc_blocks is not None and oc_blocks > 1:
         return _awkward_channels(ow, oc_blocks, acc.wide)
     return oc_tile, ow_tile
 
@@ -193,7 +195,7 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     per_group = dict(red.op.attrs).get("per_group")  # a grouped conv: Winograd's batched products, ResNeXt
     budgets = budget()
     acc = budgets.stem if few_channels else budgets.wide if expands else budgets.grouped if per_group else None
-    acc = knob("conv.accumulators", ACCUMULATOR_CHOICES[host_vector_registers()], acc)
+    acc = knob("conv.accumulators", budgets.choices, acc)
     oc_default, ow_default = default_tiles(static(x.dom.extent), per_group or static(m.dom.extent), acc)
     ow_tile = knob("conv.ow_tile", OW_TILES, ow_default)
     oc_tile = knob("conv.oc_tile", OC_TILES, oc_default)
