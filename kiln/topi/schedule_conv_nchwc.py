@@ -34,27 +34,41 @@ from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, 
 # most layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little reuse:
 # a row that is one tile (7x7: 4 x 7 beats 2 x 7 by ~8%), a channel count that only one block divides (3
 # blocks: 3 x 7 beats 1 x 7 by ~20%), or an expansion (output bound: ~10%). The stem keeps 16.
-# Of AVX2's 16 (Zen 3): a tile also holds a weight vector per block and a broadcast, so 16 and 28 spill.
-# resnet50's convs alone, 1 thread, against the 32-register tiles (2 x 7, 4 x 7): one block x 7 columns
-# 1.0-1.8x faster on 1x1 and 3x3 convs; two blocks x 7 on Winograd's batched products (they share each
-# broadcast: 33 against 21 GFLOP/s), expansions and rows of one tile.
+# Of AVX2's 16 (Zen 3): a tile also holds a weight vector per block and a broadcast, so 16 and 28 spill; the
+# best that fits is two blocks x 6 columns (12 + 2 + 1 registers, 8 loads per 12 FMAs). A synthetic tile,
+# L1-resident, 1 thread: 2 x 6 85, 2 x 5 79, 1 x 10 75, 1 x 7 64, 2 x 7 (one weight from memory) 61-64,
+# 3 x 4 53-61 (gcc takes every weight from memory), 2 x 4 46 GFLOP/s (8 accumulators: FMA latency bound).
+# ResNet's rows (7 x 2^k) have no divisor 6, so the last tile of a row is guarded (loop partition peels
+# it): the convs whose tiles change, alone, alternating, 1 thread, against one block x 7 columns: resnet50's
+# 0.78x (every one faster), mobilenet_v2's 0.86x (one block x 10 on its 3-block projections: 0.93-1.02x). A row of
+# 7 stays one tile of two blocks (14 accumulators, a weight from memory): 6 + a guarded column runs the
+# 7th at a quarter of the speed, and resnet18's 3x3 convs at 7x7 1.3x slower.
 
 
 @dataclass(frozen=True)
 class Accumulators:
     """Vector accumulators a tile may hold: `base` by default, `wide` where the base leaves little reuse
     (see above), `stem` for a few-channel stem, `grouped` for a grouped conv's batched products (None: as
-    any other conv); `choices` are the conv.accumulators knob's values."""
+    any other conv); `choices` are the conv.accumulators knob's values. Column tiles: the first of
+    `columns` that divides the row, else the row up to `row` columns, else `guarded` (the last tile of a
+    row guarded); `lone` is a one-block tile's columns (a channel-block count that two blocks do not
+    divide; None: _awkward_channels' tiles)."""
 
     base: int
     wide: int
     stem: int
     grouped: int | None
     choices: tuple[int | None, ...]
+    columns: tuple[int, ...]
+    row: int
+    guarded: int
+    lone: int | None
 
 
-BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None, choices=(None, 16, 21, 24, 28)),
-           16: Accumulators(base=8, wide=14, stem=14, grouped=14, choices=(None, 7, 8, 12, 14))}
+BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None, choices=(None, 16, 21, 24, 28),
+                            columns=(7, 6, 5, 8), row=8, guarded=7, lone=None),
+           16: Accumulators(base=12, wide=14, stem=14, grouped=14, choices=(None, 8, 10, 12, 14),
+                            columns=(6,), row=7, guarded=6, lone=10)}
 
 
 def budget(registers: int | None = None) -> Accumulators:
@@ -67,7 +81,6 @@ def budget(registers: int | None = None) -> Accumulators:
 STEM_UNROLLED_TAPS = 21
 OW_TILES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 OC_TILES = (1, 2, 3, 4, 5, 6, 8)
-COLUMN_PREFERENCE = (7, 6, 5, 8)
 EXACT_COLUMNS = 5  # the guarded column tile of _awkward_channels
 DW_COLUMN_PREFERENCE = (8, 7, 6, 5)  # 8 accumulators + 9 weight vectors (14 columns: slower on wide rows)
 MAX_UNROLLED_TAPS = 25
@@ -80,18 +93,18 @@ DW_WIDE_MAX_ROW = 32
 
 def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None,
                   registers: int | None = None) -> tuple[int, int]:
-    """(oc_tile, ow_tile): a column tile of 5..8 that divides the row (else the row, or 7 guarded),
-    then as many channel blocks as divide the channels and keep <= `accumulators` vectors (by default
-    the budget's base, or its wide one as above); with 32 registers, a channel count that no such tile
-    fits gets _awkward_channels' tiles. 7 before 8: with 8 columns of a 1x1 conv gcc turns the
-    broadcasts into a strided vector load (half the speed)."""
+    """(oc_tile, ow_tile): the budget's column tile (see Accumulators), then as many channel blocks as
+    divide the channels and keep <= `accumulators` vectors (by default the budget's base, or its wide one
+    as above). A channel count that no such tile of two or more blocks fits gets the budget's lone column
+    tile, or with 32 registers _awkward_channels' tiles. With 32 registers 7 columns before 8: with 8
+    columns of a 1x1 conv gcc turns the broadcasts into a strided vector load (half the speed)."""
     acc = budget(registers)
     if ow is None:
-        ow_tile = 7
+        ow_tile = acc.guarded
     else:
-        ow_tile = next((t for t in COLUMN_PREFERENCE if ow % t == 0), ow if ow <= 8 else 7)
+        ow_tile = next((t for t in acc.columns if ow % t == 0), ow if ow <= acc.row else acc.guarded)
 
-    two_blocks = acc.base >= 2 * ow_tile  # 32 registers: the base budget holds two blocks of columns
+    two_blocks = acc.base >= 2 * ow_tile  # the base budget holds two blocks of columns
 
     def channel_tile(limit: int) -> int:
         fits = [t for t in OC_TILES if t * ow_tile <= limit and (oc_blocks is None or oc_blocks % t == 0)]
@@ -99,13 +112,15 @@ def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: in
 
     if accumulators is not None:
         oc_tile = channel_tile(accumulators)
-        if accumulators < acc.wide:  # the stem's or a grouped conv's budget: no fallback
-            return oc_tile, ow_tile
     else:
         oc_tile = channel_tile(acc.wide if ow is not None and ow <= ow_tile else acc.base)
         if oc_tile == 1 and two_blocks:  # the base held two blocks, but none divides
             oc_tile = channel_tile(acc.wide)
-    if oc_tile == 1 and two_blocks and ow is not None and oc_blocks is not None and oc_blocks > 1:
+    if oc_tile > 1 or not two_blocks or ow is None or oc_blocks is None:
+        return oc_tile, ow_tile
+    if acc.lone is not None:
+        return 1, min(ow, acc.lone, accumulators or acc.lone)
+    if oc_blocks > 1 and (accumulators is None or accumulators >= acc.wide):  # not the stem's or a grouped budget
         return _awkward_channels(ow, oc_blocks, acc.wide)
     return oc_tile, ow_tile
 

@@ -208,24 +208,43 @@ def test_default_tiles(ow, blocks, want):
 
 
 @pytest.mark.parametrize("ow, blocks, want", [
-    (56, 8, (1, 7)), (28, 16, (1, 7)), (14, 32, (1, 7)), (16, 2, (1, 8)), (56, 3, (1, 7)), (13, 125, (1, 7)),
-    (7, 64, (2, 7)), (4, 6, (3, 4)), (1, 64, (8, 1)),  # a row in one tile: up to 14
+    (56, 8, (2, 6)), (28, 16, (2, 6)), (14, 32, (2, 6)), (16, 2, (2, 6)), (12, 6, (2, 6)), (None, None, (2, 6)),
+    (13, 64, (2, 6)),  # 6 + 6 + a guarded column
+    (7, 64, (2, 7)), (5, 4, (2, 5)), (4, 6, (3, 4)), (1, 64, (8, 1)),  # a row in one tile: up to 14
+    (56, 3, (1, 10)), (13, 125, (1, 10)), (7, 5, (1, 7)), (6, 1, (1, 6)),  # an odd block count: one block
 ])
 def test_default_tiles_with_16_registers(ow, blocks, want):
     """16 vector registers (AVX2): the accumulators, a weight vector per block and the broadcast must fit,
-    so one block of 7..8 columns (8 accumulators), two blocks where the row is one tile; never more than
-    14 accumulators."""
+    so two blocks of 6 columns (12 accumulators), the last tile of a row guarded, or one block of up to 10
+    columns where two blocks do not divide the channels; a row of up to 7 is one tile; never more than 14
+    accumulators."""
     assert default_tiles(ow, blocks, registers=16) == want
     assert default_tiles(ow, blocks, budget(16).wide, registers=16)[0] * want[1] <= 14
 
 
 @pytest.mark.parametrize("registers, ow, blocks, want", [
     (32, 112, 4, (2, 7)), (32, 112, 8, (2, 7)), (32, 56, 3, (1, 7)), (32, 4, 6, (3, 4)),
-    (16, 112, 4, (2, 7)), (16, 56, 3, (1, 7)), (16, 4, 6, (3, 4)),
+    (16, 112, 4, (2, 6)), (16, 56, 3, (1, 10)), (16, 4, 6, (3, 4)),
 ])
 def test_default_tiles_of_the_stem(registers, ow, blocks, want):
-    """The stem (few input channels, taps unrolled) keeps 16 accumulators (14 of 16 registers)."""
+    """The stem (few input channels, taps unrolled) keeps 16 accumulators (12 of 16 registers)."""
     assert default_tiles(ow, blocks, budget(registers).stem, registers=registers) == want
+
+
+@pytest.mark.parametrize("shape, w, attrs", [
+    ((1, 16, 7, 7), (16, 16, 1, 1), {}),  # 6 + 1 guarded column
+    ((1, 8, 9, 14), (16, 8, 3, 3), dict(pads=(1, 1, 1, 1))),  # 6 + 6 + 2
+    ((1, 8, 5, 13), (24, 8, 1, 1), {}),  # 3 blocks: one block x 10 + 3 guarded
+    ((2, 3, 11, 19), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),  # a stem, 10 wide
+])
+def test_16_register_tiles_are_correct(monkeypatch, tmp_path, shape, w, attrs):
+    """The AVX2 tiles on any host: guarded column tails and one-block rows equal the interpreter."""
+    import kiln.topi.schedule_conv_nchwc as sc
+    monkeypatch.setattr(sc, "host_vector_registers", lambda: 16)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))  # kernels cached under the host's budget: not these
+    x = Var("x", TensorType(shape, F32))
+    cm = _check([x], get_op("nn.relu")(_conv(x, w, **attrs)), {"x": rng.standard_normal(shape).astype(np.float32)})
+    assert "nn.conv2d_nchwc" in op_names(cm.mod)
 
 
 @pytest.mark.parametrize("indices", [False, True])
