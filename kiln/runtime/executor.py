@@ -29,7 +29,7 @@ from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
 from kiln.runtime.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.kernel_cache import KernelCache
-from kiln.runtime.memory_plan import aligned
+from kiln.ir.aligned import aligned
 from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk

@@ -13,34 +13,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 
 from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
-
-ALIGN = 64
-
-
-def aligned_empty(shape: tuple[int, ...] | int, dtype: np.dtype | str, align: int = ALIGN) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary."""
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    buf = np.empty(nbytes + align, np.uint8)
-    start = -buf.ctypes.data % align
-    return buf[start:start + nbytes].view(dtype).reshape(shape)
-
-
-def aligned(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
-    """`a` as a C-contiguous array whose data starts on an `align`-byte boundary (a copy only when it does
-    not already). numpy aligns large arrays to 16 bytes only, so a weight's 32-byte vectors straddle two cache
-    lines every other load: resnet50's 1x1 256 -> 1024 conv (AVX2, 1 thread) 1.62 ms with numpy's placement,
-    1.42 ms with every buffer on 64 bytes."""
-    a = np.asarray(a, order="C")
-    if a.ctypes.data % align == 0 or a.nbytes == 0:
-        return a
-    out = aligned_empty(a.shape, a.dtype, align)
-    out[...] = a
-    return out
+from kiln.ir.aligned import ALIGN
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import kiln
 from kiln.codegen import CompileCache
 from kiln.errors import InputError, KilnError
 from kiln.models import mlp, small_cnn
-from kiln.ir.expr import Call
+from kiln.ir.expr import Call, Constant
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot import AotError, build_aot
 from kiln.runtime.executor import primitive_functions
@@ -50,9 +50,12 @@ def test_small_cnn_matches_interpreter(cnn):
 
 
 def test_weights_start_on_64_bytes(cnn):
-    """Every weight the entry reads sits on a 64-byte boundary: numpy places large arrays on 16."""
+    """Every weight the entry reads sits on a 64-byte boundary (numpy places large arrays on 16), and is the
+    memory of a constant in the module's IR, not a second copy."""
     _, aot = cnn
     assert aot.weights and all(w.ctypes.data % ALIGN == 0 and w.flags.c_contiguous for w in aot.weights)
+    consts = [e.data for f in aot.mod.functions.values() for e in post_order(f) if isinstance(e, Constant)]
+    assert all(any(np.shares_memory(w, c) for c in consts) for w in aot.weights)
 
 
 def test_small_cnn_memory_report(cnn):

@@ -1,10 +1,9 @@
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.errors import KilnError
-from kiln.runtime.memory_plan import ALIGN, MemoryLimitError, Step, aligned, plan_memory
+from kiln.runtime.memory_plan import ALIGN, MemoryLimitError, Step, plan_memory
 
 
 @st.composite
@@ -108,27 +107,3 @@ def test_malformed_graph():
         plan_memory([Step("s0", ("a",), ("b",)), Step("s1", ("x",), ("a",))], {"a": 4})
     with pytest.raises(ValueError, match="written twice"):
         plan_memory([Step("s0", ("x",), ("a",)), Step("s1", ("x",), ("a",))], {"a": 4})
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "bool", "float16"])
-@pytest.mark.parametrize("shape", [(), (1,), (7, 3), (2, 0, 5), (3, 17, 5)])
-def test_aligned_copies_only_what_is_off_the_boundary(dtype, shape):
-    """aligned(): equal values, C order, data on 64 bytes; an array already there is returned as is."""
-    rng = np.random.default_rng(0)
-    base = np.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize + 3 * ALIGN, np.uint8)
-    for offset in (0, 4, 16, 32, 48):
-        start = (-base.ctypes.data % ALIGN) + offset
-        a = base[start:start + int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
-        a[...] = rng.standard_normal(shape).astype(dtype) if dtype != "bool" else rng.random(shape) < 0.5
-        got = aligned(a)
-        np.testing.assert_array_equal(got, a)
-        assert got.dtype == a.dtype and got.shape == a.shape and got.flags.c_contiguous
-        assert got.ctypes.data % ALIGN == 0 or got.nbytes == 0
-        assert (got is a) == (offset == 0 or a.nbytes == 0)
-
-
-def test_aligned_makes_a_strided_view_contiguous():
-    a = np.arange(60, dtype=np.float32).reshape(6, 10)[:, ::3]
-    got = aligned(a)
-    assert got.flags.c_contiguous and got.ctypes.data % ALIGN == 0
-    np.testing.assert_array_equal(got, a)
