@@ -106,3 +106,17 @@ def test_compiled_concat_after_upsample_matches_the_interpreter():
     got = kiln.InferenceSession(kiln.build(mod, opt_level=3), threads=1).run(None, feeds)[0]
     np.testing.assert_allclose(got, evaluate(mod, feeds)[0], rtol=1e-6, atol=1e-6)
 
+
+
+def test_a_constant_condition_is_decided_without_versions():
+    """A condition that folds to a constant (an unrolled index substituted: `0 * 4 + 0 == 0`) picks its side
+    in place: no if, no second copy of the loop for simplify to drop (the lowering's time on Winograd's
+    unrolled transforms)."""
+    a, out = buf("a", 4, 8), buf("out", 4, 8)
+    c, j = Var("c"), Var("j")
+    zero = tir.const(0)
+    value = tir.select(E.EQ(zero * 4 + zero, zero), a[c, j], tir.const(1.0, "float32"))
+    f = PrimFunc("const_cond", (a, out), loop(c, 4, loop(j, 8, BufferStore(out, value, (c, j)), V)))
+    g = unswitch(f)
+    assert not any(isinstance(x, IfThenElse) for x in walk(g.body)) and _selects(g) == 0
+    same_meaning(f, g)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kiln.tir import expr as E
 from kiln.tir import stmt as S
+from kiln.tir.arith import Simplifier
 from kiln.tir.functor import free_vars, map_expr, map_stmt, uses_var, walk
 
 MAX_LOOPS = 8  # versions of one loop at most: independent conditions would multiply them
@@ -52,7 +53,13 @@ def _stores(body: S.Stmt) -> list[S.BufferStore] | None:
 def _versions(loop: S.For, budget: list[int]) -> S.Stmt:
     stores = _stores(loop.body)
     cond = _invariant_cond(loop, stores) if stores else None
-    if cond is None or budget[0] < 1:
+    if cond is None:
+        return loop
+    known = Simplifier()(cond)
+    if isinstance(known, E.IntImm):  # a constant (an unrolled index folded in): one version, no test
+        return _versions(S.For(loop.loop_var, loop.min, loop.extent, loop.kind,
+                               _decide(loop.body, cond, bool(known.value)), loop.annotations), budget)
+    if budget[0] < 1:
         return loop
     budget[0] -= 1
     then = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, _decide(loop.body, cond, True), loop.annotations)
