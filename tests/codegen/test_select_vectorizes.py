@@ -2,47 +2,33 @@
 -fno-trapping-math gcc kept the select as a branch (it may not speculate a division that could trap), and
 the branch kept the loop scalar. A dense's fused GELU ran at 9 ns per element."""
 
-import subprocess
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.codegen.c_source import generate
-from kiln.codegen.compiler import FLAGS, find_compiler
-from kiln.runtime.executor import fuse
-from kiln.tune.tasks import extract_tasks, lower_with
+from tests.codegen.assembly import assembly, task_source
 
 
-def _gelu_source() -> str:
-    """The C of an exact (erf) GELU over a 4 x 256 tensor, as the build lowers it."""
+def _gelu():
+    """An exact (erf) GELU over a 4 x 256 tensor."""
     graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    task = next(t for t in extract_tasks(fuse(kiln.from_onnx(model), 3)) if "gelu" in t.name)
-    return generate([lower_with(task.fn, "k", None).func]).code
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
 def test_erf_gelu_divides_in_vectors(tmp_path):
-    src, out = tmp_path / "k.c", tmp_path / "k.s"
-    src.write_text(_gelu_source())
-    flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
-    subprocess.run([find_compiler(), *flags, "-S", "-o", str(out), str(src)], check=True)
-    asm = out.read_text()
+    asm = assembly(task_source(_gelu(), "gelu"), tmp_path)
     if "vdivps" not in asm and "vdivss" not in asm:
         pytest.skip("the host's compiler emits no AVX divisions (not x86 with AVX)")
     assert "vdivps" in asm and "vdivss" not in asm
 
 
-def test_gelu_values_keep_nan_and_inf(tmp_path):
+def test_gelu_values_keep_nan_and_inf():
     """What the flag must not change: NaN, infinities and signed zeros go through GELU as nn.gelu says."""
     x = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -3.5, 2.0] * 32] * 4, np.float32)
-    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])])
-    mod = kiln.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+    mod = kiln.from_onnx(_gelu())
     got = kiln.build(mod, opt_level=3).run({"x": x})[0]
     want = kiln.evaluate(mod, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
