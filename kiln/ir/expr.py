@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.errors import TypeInferenceError
 from kiln.ir import dtype as _dt
-from kiln.ir.aligned import ALIGN, aligned_copy
+from kiln.ir.aligned import aligned, aligned_copy
 from kiln.ir.types import UNIT, FuncType, OptionalType, SeqType, TensorType, TupleType, Type, join
 
 _ids = itertools.count()
@@ -71,9 +71,11 @@ class Constant(Expr):
         # stored on 64 bytes, so the runtimes pass it to kernels as it is (no second, aligned copy). A
         # writable array is copied (the IR's data never changes); a read-only one (an ONNX initializer over the
         # model's bytes) only when it is off the boundary; a broadcast splat (zero strides) is taken as is
-        if data.flags.writeable or (data.flags.c_contiguous and data.ctypes.data % ALIGN and not data.dtype.hasobject):
+        if data.flags.writeable:
             data = aligned_copy(data)
-            data.flags.writeable = False
+        elif data.flags.c_contiguous and not data.dtype.hasobject:
+            data = aligned(data)
+        data.flags.writeable = False
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "type", TensorType(data.shape, _dt.from_numpy(data.dtype)))
 

@@ -22,6 +22,7 @@ from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CModule, kernel_error_text
 from kiln.errors import AotError, InputError  # noqa: F401  (AotError re-exported)
+from kiln.ir.aligned import aligned, aligned_empty
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
 from kiln.ir.module import IRModule
@@ -31,7 +32,6 @@ from kiln.runtime.executor import describe_group, fuse, lower_groups
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
 from kiln.runtime.interpreter import check_input
-from kiln.ir.aligned import aligned, aligned_empty
 from kiln.runtime.memory_plan import Step, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext

@@ -22,6 +22,7 @@ from kiln.codegen import runtime_lib
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KernelError, KilnError
+from kiln.ir.aligned import aligned
 from kiln.ir.dtype import to_numpy
 from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
@@ -29,7 +30,6 @@ from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
 from kiln.runtime.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.kernel_cache import KernelCache
-from kiln.ir.aligned import aligned
 from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-
 from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
 from kiln.ir.aligned import ALIGN
 

@@ -227,12 +227,12 @@ def test_default_tiles_with_16_registers(ow, blocks, want):
     (16, 112, 4, (2, 6)), (16, 56, 3, (1, 10)), (16, 4, 6, (3, 4)),
 ])
 def test_default_tiles_of_the_stem(registers, ow, blocks, want):
-    """The stem (few input channels, taps unrolled) keeps 16 accumulators (12 of 16 registers)."""
+    """The stem (few input channels, taps unrolled) keeps 16 accumulators (14 of 16 registers)."""
     assert default_tiles(ow, blocks, budget(registers).stem, registers=registers) == want
 
 
 @pytest.mark.parametrize("shape, w, attrs", [
-    ((1, 16, 7, 7), (16, 16, 1, 1), {}),  # 6 + 1 guarded column
+    ((1, 16, 7, 7), (16, 16, 1, 1), {}),  # a row of 7: one tile of 2 x 7
     ((1, 8, 9, 14), (16, 8, 3, 3), dict(pads=(1, 1, 1, 1))),  # 6 + 6 + 2
     ((1, 8, 5, 13), (24, 8, 1, 1), {}),  # 3 blocks: one block x 10 + 3 guarded
     ((2, 3, 11, 19), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),  # a stem, 10 wide

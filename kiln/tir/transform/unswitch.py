@@ -55,16 +55,17 @@ def _versions(loop: S.For, budget: list[int]) -> S.Stmt:
     cond = _invariant_cond(loop, stores) if stores else None
     if cond is None:
         return loop
+
+    def version(side: bool) -> S.For:
+        return S.For(loop.loop_var, loop.min, loop.extent, loop.kind, _decide(loop.body, cond, side), loop.annotations)
+
     known = Simplifier()(cond)
     if isinstance(known, E.IntImm):  # a constant (an unrolled index folded in): one version, no test
-        return _versions(S.For(loop.loop_var, loop.min, loop.extent, loop.kind,
-                               _decide(loop.body, cond, bool(known.value)), loop.annotations), budget)
+        return _versions(version(bool(known.value)), budget)
     if budget[0] < 1:
         return loop
     budget[0] -= 1
-    then = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, _decide(loop.body, cond, True), loop.annotations)
-    other = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, _decide(loop.body, cond, False), loop.annotations)
-    return S.IfThenElse(cond, _versions(then, budget), _versions(other, budget))
+    return S.IfThenElse(cond, _versions(version(True), budget), _versions(version(False), budget))
 
 
 def _unswitch(s: S.Stmt) -> S.Stmt | None:
