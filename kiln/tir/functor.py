@@ -72,18 +72,22 @@ def rebuild(node: Node, fexpr: ExprFn, fstmt: StmtFn) -> Node:
     return type(node)(**args)
 
 
-def map_expr(e: PrimExpr, f: Callable[[PrimExpr], PrimExpr | None]) -> PrimExpr:
+def map_expr(e: PrimExpr, f: Callable[[PrimExpr], PrimExpr | None],
+             pre: Callable[[PrimExpr, ExprFn], PrimExpr | None] | None = None) -> PrimExpr:
     """Post-order rewrite: children first, then `f(node)` (None keeps the rebuilt node).
-    Shared subexpressions are rewritten once."""
+    Shared subexpressions are rewritten once. `pre(node, go)`, when given, sees each node first and
+    may answer for it (mapping only the children it needs through `go`); None goes on as usual."""
     memo: dict[int, tuple[PrimExpr, PrimExpr]] = {}
 
     def go(x: PrimExpr) -> PrimExpr:
         hit = memo.get(id(x))
         if hit is not None:
             return hit[1]
-        y = rebuild(x, go, _no_stmt)
-        r = f(y)
-        r = y if r is None else r
+        r = pre(x, go) if pre is not None else None
+        if r is None:
+            y = rebuild(x, go, _no_stmt)
+            r = f(y)
+            r = y if r is None else r
         memo[id(x)] = (x, r)
         return r
 

@@ -123,3 +123,16 @@ def test_vector_algebra():
     b = {i: (0, 99)}
     assert simplify(E.FloorDiv(r, E.Broadcast(E.IntImm(8), 8)), b) == E.Broadcast(i, 8)
     assert simplify(E.FloorMod(r, E.Broadcast(E.IntImm(8), 8)), b) == E.Ramp(E.IntImm(0), E.IntImm(1), 8)
+
+
+def test_a_decided_select_never_simplifies_its_other_branch(monkeypatch):
+    """An unrolled tile picks one of many sums by a select on a constant index: only that sum is worked on."""
+    from kiln.tir.arith import Simplifier
+    from kiln.tir.functor import free_vars
+    i, dead = E.Var("i"), E.Var("dead")
+    seen = []
+    real = Simplifier._rewrite
+    monkeypatch.setattr(Simplifier, "_rewrite", lambda self, e: seen.append(e) or real(self, e))
+    e = E.select(E.eq(E.IntImm(0) * 4 + 2, 2), (i + 1) * 1 - 1, dead * 2 + dead)
+    assert simplify(e) == i
+    assert seen and all(dead not in free_vars(x) for x in seen)

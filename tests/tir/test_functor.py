@@ -31,3 +31,15 @@ def test_walk_reaches_everything():
     f = nests.matmul()
     names = {x.name for x in walk(f.body) if isinstance(x, E.Var)}
     assert names == {"i", "j", "ko", "ki"}
+
+
+def test_map_expr_pre_answers_for_a_node_before_its_children():
+    i, j = E.Var("i"), E.Var("j")
+    e = E.select(E.IntImm(1, "bool"), i + 1, j * 2)
+    seen = []
+
+    def pre(x, go):
+        return go(x.t) if isinstance(x, E.Select) else None
+
+    assert map_expr(e, lambda x: seen.append(x) or None, pre) == i + 1
+    assert all(j not in free_vars(x) for x in seen)  # the branch pre skipped is never mapped

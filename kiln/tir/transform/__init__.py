@@ -10,7 +10,7 @@ from kiln.tir.transform.unswitch import unswitch
 from kiln.tir.transform.vectorize import vectorize
 
 # unroll before vectorize: an unrolled loop inside a vectorized one becomes straight-line stores
-LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, vectorize, unswitch,
+LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, unroll, simplify, vectorize, unswitch,
                   simplify, hoist_conditions, simplify)
 
 
