@@ -45,7 +45,7 @@ class MeasureOptions:
     threads: int = 1
     timeout: float = 10.0  # seconds per kernel (warmup and repeats included)
     warmup: int = 1
-    repeats: int = 5
+    repeats: int = 10
     min_seconds: float = 0.005  # each repeat calls the kernel enough times to last this long
 
 
@@ -76,9 +76,9 @@ def run_kernels(specs: Sequence[KernelSpec], options: MeasureOptions = MeasureOp
     pending = list(range(len(specs)))
     while pending:
         done = _run_child([specs[i] for i in pending], options)
-        for j, res in enumerate(done):
+        for j, res in done.items():
             results[pending[j]] = res
-        pending = pending[len(done):]
+        pending = [i for j, i in enumerate(pending) if j not in done]
     return [r for r in results if r is not None]
 
 
@@ -87,9 +87,10 @@ def _job(specs: Sequence[KernelSpec], options: MeasureOptions) -> bytes:
                        "kernels": [{"lib": s.lib, "symbol": s.symbol, "args": list(s.args)} for s in specs]}).encode()
 
 
-def _run_child(specs: Sequence[KernelSpec], options: MeasureOptions) -> list[MeasureResult]:
-    """Results for a prefix of `specs` (at least one): the child stops at the first kernel that hangs or
-    crashes it, and that kernel's result is the failure."""
+def _run_child(specs: Sequence[KernelSpec], options: MeasureOptions) -> dict[int, MeasureResult]:
+    """Results of some of `specs` (at least one), by index: the child stops at the first kernel that hangs
+    or crashes it while being loaded and warmed up; that kernel's result is the failure, and the kernels
+    before it, not yet timed, go to the next child."""
     # NOTE: numpy's BLAS must not start threads of its own in the child: they would compete with the
     # kernel's OpenMP team for the cores (a 2-thread GEMV measured 5-8 ms instead of 0.02)
     env = dict(os.environ, OMP_NUM_THREADS=str(options.threads), OMP_PROC_BIND="false", OPENBLAS_NUM_THREADS="1",
@@ -105,9 +106,12 @@ def _run_child(specs: Sequence[KernelSpec], options: MeasureOptions) -> list[Mea
 
 
 def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: MeasureOptions,
-             stderr: IO[bytes]) -> list[MeasureResult]:
-    """Read the child's results until all are in, a kernel times out, or the child dies."""
-    results: list[MeasureResult] = []
+             stderr: IO[bytes]) -> dict[int, MeasureResult]:
+    """Read the child's results until all are in, a kernel times out, or the child dies. First one line
+    per kernel in order, "ready" or its error (`timeout` seconds each), then the times of the ready
+    kernels, timed round-robin (`timeout` seconds per ready kernel in all)."""
+    results: dict[int, MeasureResult] = {}
+    ready: list[int] = []
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(_job(specs, options))
@@ -116,20 +120,32 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
         pass
     deadline = [time.monotonic() + STARTUP_SECONDS + options.timeout]
     for line in _lines(proc, lambda: deadline[0]):
+        loading = len(results) + len(ready) < len(specs)
         if line is None:
-            results.append(MeasureResult(None, f"timeout: no result within {options.timeout:g} s"))
-            return results
+            if loading:
+                return {**results, len(results) + len(ready): MeasureResult(
+                    None, f"timeout: no result within {options.timeout:g} s")}
+            return {**results, **{i: MeasureResult(None, f"timeout: timing took over {options.timeout:g} s a kernel")
+                                  for i in ready if i not in results}}
         try:
             msg = json.loads(line)
         except ValueError:
             continue  # something the kernel's libraries printed, not ours
-        if not isinstance(msg, dict) or "i" not in msg:
+        if not isinstance(msg, dict) or not isinstance(msg.get("i"), int) or not 0 <= msg["i"] < len(specs):
             continue
-        results.append(MeasureResult(msg["seconds"], None, msg["all"], msg.get("check")) if "seconds" in msg
-                           else MeasureResult(None, f"error: {msg.get('error', 'unknown')}"))
+        i = msg["i"]
+        if "seconds" in msg and i in ready:
+            results[i] = MeasureResult(msg["seconds"], None, msg["all"], msg.get("check"))
+        elif "error" in msg and loading:
+            results[i] = MeasureResult(None, f"error: {msg['error']}")
+        elif msg.get("ready") and loading:
+            ready.append(i)
         if len(results) == len(specs):
             return results
-        deadline[0] = time.monotonic() + options.timeout
+        if len(results) + len(ready) == len(specs):  # all loaded: the round-robin timing
+            deadline[0] = time.monotonic() + options.timeout * len(ready)
+        elif loading:
+            deadline[0] = time.monotonic() + options.timeout
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -137,8 +153,10 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
     stderr.seek(0)
     err = stderr.read().decode(errors="replace").strip().splitlines()
     why = f"exit {proc.returncode}" if proc.returncode >= 0 else f"signal {signal.Signals(-proc.returncode).name}"
-    results.append(MeasureResult(None, f"crash: measuring process died ({why})" + (f": {err[-1]}" if err else "")))
-    return results
+    crash = MeasureResult(None, f"crash: measuring process died ({why})" + (f": {err[-1]}" if err else ""))
+    if len(results) + len(ready) < len(specs):  # the kernel being loaded killed it; the ready ones go on
+        return {**results, len(results) + len(ready): crash}
+    return {**results, **{i: crash for i in ready if i not in results}}
 
 
 def _lines(proc: subprocess.Popen, deadline):

@@ -2,8 +2,13 @@
 
 Run as a script (`python runner.py`), not as `-m kiln.tune.runner`, so that a measurement does not
 pay for importing Kiln: it needs only ctypes and numpy. It reads one JSON job from stdin and prints
-one JSON line per kernel as soon as that kernel is done, so the parent can tell which kernel hung or
-crashed the process. The thread count is fixed by the parent through OMP_NUM_THREADS.
+one JSON line per kernel as soon as that kernel is loaded, warmed up and checked ("ready", or its
+error), so the parent can tell which kernel hung or crashed the process; then it times the ready kernels
+round-robin, one repeat of each in turn, and prints their times. Interleaved, the candidates of a batch
+see the same machine: on a shared machine whose speed drifts by 2x within minutes, kernels timed one
+after another are compared across moments of different speed (the tuner pairs each candidate's repeats
+with its default's, kiln.tune.tuner._paired). The thread count is fixed by the parent through
+OMP_NUM_THREADS.
 """
 
 from __future__ import annotations
@@ -44,48 +49,67 @@ def sample(outputs: list[np.ndarray]) -> list[float | None]:
     return [None if np.isnan(v) else float(v) for v in picked]
 
 
-def measure(kernel: dict, job: dict, libs: dict[str, ctypes.CDLL]) -> dict:
-    lib = libs.get(kernel["lib"]) or libs.setdefault(kernel["lib"], ctypes.CDLL(kernel["lib"]))
-    fn = getattr(lib, kernel["symbol"])
-    fn.argtypes = [ctypes.POINTER(Value), ctypes.c_int32]
-    fn.restype = ctypes.c_int32
-    rng = np.random.default_rng(0)
-    args = kernel["args"]
-    arrays = [_array(a, rng) if a["role"] != "scalar" else None for a in args]
-    values = (Value * max(len(args), 1))()
-    for k, (a, arr) in enumerate(zip(args, arrays)):
-        if arr is None:
-            values[k].i = int(a["value"])
-        else:
-            values[k].p = arr.ctypes.data
-    n = len(args)
-    for _ in range(max(job.get("warmup", 1), 1)):
-        rc = fn(values, n)
-        if rc != 0:
-            return {"error": f"kernel returned error code {rc}"}
-    t0 = time.perf_counter()
-    fn(values, n)
-    once = max(time.perf_counter() - t0, 1e-9)
-    number = int(min(max(job.get("min_seconds", 0.0) / once, 1), MAX_NUMBER))
-    times = []
-    for _ in range(max(job.get("repeats", 3), 1)):
+class Kernel:
+    """One loaded kernel with its arguments, warmed up, and calls per repeat calibrated."""
+
+    def __init__(self, kernel: dict, job: dict, libs: dict[str, ctypes.CDLL]):
+        lib = libs.get(kernel["lib"]) or libs.setdefault(kernel["lib"], ctypes.CDLL(kernel["lib"]))
+        self.fn = getattr(lib, kernel["symbol"])
+        self.fn.argtypes = [ctypes.POINTER(Value), ctypes.c_int32]
+        self.fn.restype = ctypes.c_int32
+        rng = np.random.default_rng(0)
+        args = kernel["args"]
+        self.arrays = [_array(a, rng) if a["role"] != "scalar" else None for a in args]
+        self.outputs = [arr for a, arr in zip(args, self.arrays) if a["role"] == "output"]
+        self.values = (Value * max(len(args), 1))()
+        for k, (a, arr) in enumerate(zip(args, self.arrays)):
+            if arr is None:
+                self.values[k].i = int(a["value"])
+            else:
+                self.values[k].p = arr.ctypes.data
+        self.n = len(args)
+        self.error = None
+        for _ in range(max(job.get("warmup", 1), 1)):
+            rc = self.fn(self.values, self.n)
+            if rc != 0:
+                self.error = f"kernel returned error code {rc}"
+                return
+        t0 = time.perf_counter()
+        self.fn(self.values, self.n)
+        once = max(time.perf_counter() - t0, 1e-9)
+        self.number = int(min(max(job.get("min_seconds", 0.0) / once, 1), MAX_NUMBER))
+        self.check = sample(self.outputs)  # before the timed calls: what the parent compares
+        self.times: list[float] = []
+
+    def repeat(self) -> None:
+        fn, values, n, number = self.fn, self.values, self.n, self.number
         t0 = time.perf_counter()
         for _ in range(number):
             fn(values, n)
-        times.append((time.perf_counter() - t0) / number)
-    outputs = [arr for a, arr in zip(args, arrays) if a["role"] == "output"]
-    return {"seconds": statistics.median(times), "all": times, "check": sample(outputs)}
+        self.times.append((time.perf_counter() - t0) / number)
 
 
 def main() -> int:
     job = json.load(sys.stdin)
     libs: dict[str, ctypes.CDLL] = {}
+    ready: list[tuple[int, Kernel]] = []
     for i, kernel in enumerate(job["kernels"]):
         try:
-            result = measure(kernel, job, libs)
+            k = Kernel(kernel, job, libs)
         except Exception as err:  # a bad library or symbol is this kernel's failure, not the batch's
-            result = {"error": f"{type(err).__name__}: {err}"}
-        print(json.dumps({"i": i, **result}), flush=True)
+            print(json.dumps({"i": i, "error": f"{type(err).__name__}: {err}"}), flush=True)
+            continue
+        if k.error is not None:
+            print(json.dumps({"i": i, "error": k.error}), flush=True)
+            continue
+        ready.append((i, k))
+        print(json.dumps({"i": i, "ready": True}), flush=True)
+    for _ in range(max(job.get("repeats", 3), 1)):
+        for _, k in ready:
+            k.repeat()
+    for i, k in ready:
+        print(json.dumps({"i": i, "seconds": statistics.median(k.times), "all": k.times, "check": k.check}),
+              flush=True)
     return 0
 
 

@@ -86,3 +86,24 @@ def test_the_child_runs_only_the_kernels_threads(monkeypatch):
     except OSError:
         pass
     assert seen["OMP_NUM_THREADS"] == "2" and seen["OPENBLAS_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "1"
+
+
+@requires_gcc
+def test_the_kernels_of_a_batch_are_timed_round_robin(tmp_path):
+    """Each kernel is loaded and warmed up in turn, then timed one repeat of each in turn: candidates timed
+    one after another on a machine whose speed drifts would be ranked by when they ran."""
+    log = tmp_path / "calls.txt"
+    source = r"""
+#include <stdint.h>
+#include <stdio.h>
+typedef union { int64_t i; double f; void* p; } kiln_value_t;
+static int32_t stamp(const char* who) {
+    FILE* f = fopen("LOG", "a"); fputs(who, f); fclose(f); return 0;
+}
+int32_t a(const kiln_value_t* args, int32_t n) { return stamp("a"); }
+int32_t b(const kiln_value_t* args, int32_t n) { return stamp("b"); }
+""".replace("LOG", str(log))
+    lib = str(CompileCache(tmp_path / "cache").build(source))
+    res = run_kernels([KernelSpec(lib, "a", ARGS), KernelSpec(lib, "b", ARGS)], FAST)
+    assert [r.ok for r in res] == [True, True] and all(len(r.repeats) == 3 for r in res)
+    assert log.read_text() == "aa" + "bb" + "ab" * 3  # warmup + calibration each, then the repeats in turn

@@ -33,12 +33,36 @@ def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
     assert result.estimated(True) <= result.estimated(False)
     again = tune(tiny_model(), path, OPTIONS)
     second = rec.load(path)[4:]
-    assert len(second) == 4
-    defaults = {(st.task.key, tuple(sorted(st.task.default_config.items()))) for st in again.states}
+    assert len(second) == 4  # each batch measured the default again (its anchor), recording only the new configs
     old = {(r.key, tuple(sorted(r.config.items()))) for r in first}
     new = {(r.key, tuple(sorted(r.config.items()))) for r in second}
-    assert old & new == defaults  # only the defaults again (the reference outputs); the rest is new
-    assert all(len(st.measured) == 3 for st in again.states)
+    assert not old & new
+    assert all(len(st.measured) == 4 and st.trials == 2 for st in again.states)
+
+
+@requires_gcc
+def test_every_batch_is_scaled_to_the_default_measured_first(tmp_path, monkeypatch):
+    """The machine runs 3x slower during the second batch: its times, anchored on the default measured in
+    the same batch, land on the first batch's scale."""
+    import kiln.tune.tuner as tuner
+    from kiln.tune.measure import MeasureResult
+
+    calls = []
+
+    def fake(specs, options):  # default 2 us, every candidate 1 us; 3x slower from the second batch on
+        calls.append(len(specs))
+        slow = 3.0 if len(calls) > 1 else 1.0
+        return [MeasureResult(slow * (2e-6 if i == 0 else 1e-6), None, [slow * (2e-6 if i == 0 else 1e-6)] * 3, [0.5])
+                for i in range(len(specs))]
+
+    monkeypatch.setattr(tuner, "run_kernels", fake)
+    path = tmp_path / "log.jsonl"
+    task = extract_tasks(fuse(kiln.from_onnx(tiny_model())))[:1]
+    tuner.tune_tasks(task, path, TuneOptions(trials=4, batch=2))
+    logged = rec.load(path)
+    assert calls == [2, 3] and len(logged) == 4  # the second batch's default is its anchor, not a record
+    assert logged[0].config == task[0].default_config and logged[0].seconds == pytest.approx(2e-6)
+    assert [r.seconds for r in logged[1:]] == pytest.approx([1e-6] * 3)
 
 
 @requires_gcc
@@ -118,3 +142,16 @@ def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monk
     failed = [r for r in rec.load(path) if r.error]
     assert failed and all(r.error.startswith("lower: RuntimeError") and r.seconds is None for r in failed)
     assert all(st.best is not None for st in result.states)  # the defaults (the host's lanes) still worked
+
+
+def test_a_candidate_is_timed_by_its_ratios_to_the_default_round_by_round():
+    """A burst of load that hit the candidate's second and third repeats, and the default's third only:
+    the medians of the times would call the candidate 4.5x slower, each round's ratio says 0.9x."""
+    from kiln.tune.measure import MeasureResult
+    from kiln.tune.tuner import _paired
+
+    default = MeasureResult(1.0, None, [1.0, 1.0, 5.0])
+    candidate = MeasureResult(4.5, None, [0.9, 4.5, 4.5])
+    assert _paired(candidate, default, None) == pytest.approx(0.9)
+    assert _paired(candidate, default, 2.0) == pytest.approx(1.8)  # on the scale of the first default measured
+    assert _paired(candidate, None, 2.0) == 4.5  # no anchor (it failed): the time as measured
