@@ -3,11 +3,12 @@
 Run as a script (`python runner.py`), not as `-m kiln.tune.runner`, so that a measurement does not
 pay for importing Kiln: it needs only ctypes and numpy. It reads one JSON job from stdin and prints
 one JSON line per kernel as soon as that kernel is loaded, warmed up and checked ("ready", or its
-error), so the parent can tell which kernel hung or crashed the process; then it times the ready kernels
-round-robin, one repeat of each in turn, and prints their times. Interleaved, the candidates of a batch
-see the same machine: on a shared machine whose speed drifts by 2x within minutes, kernels timed one
-after another are compared across moments of different speed (the tuner pairs each candidate's repeats
-with its default's, kiln.tune.tuner._paired). The thread count is fixed by the parent through
+error), so the parent can tell which kernel hung or crashed the process; then it times the ready
+kernels round-robin, one repeat of each in turn, each round starting one kernel later (the first of a
+round ran up to 20% slower), and prints their times. Interleaved, the candidates of a batch see the
+same machine: on a shared machine whose speed drifts by 2x within minutes, kernels timed one after
+another are compared across moments of different speed (the tuner pairs each candidate's repeats with
+its default's, kiln.tune.tuner._paired). The thread count is fixed by the parent through
 OMP_NUM_THREADS.
 """
 
@@ -104,9 +105,9 @@ def main() -> int:
             continue
         ready.append((i, k))
         print(json.dumps({"i": i, "ready": True}), flush=True)
-    for _ in range(max(job.get("repeats", 3), 1)):
-        for _, k in ready:
-            k.repeat()
+    for r in range(max(job.get("repeats", 3), 1)):
+        for _, k in ready[r % len(ready):] + ready[:r % len(ready)] if ready else []:
+            k.repeat()  # each round starts one kernel later: no kernel always first (up to 20% slower there)
     for i, k in ready:
         print(json.dumps({"i": i, "seconds": statistics.median(k.times), "all": k.times, "check": k.check}),
               flush=True)

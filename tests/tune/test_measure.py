@@ -106,4 +106,5 @@ int32_t b(const kiln_value_t* args, int32_t n) { return stamp("b"); }
     lib = str(CompileCache(tmp_path / "cache").build(source))
     res = run_kernels([KernelSpec(lib, "a", ARGS), KernelSpec(lib, "b", ARGS)], FAST)
     assert [r.ok for r in res] == [True, True] and all(len(r.repeats) == 3 for r in res)
-    assert log.read_text() == "aa" + "bb" + "ab" * 3  # warmup + calibration each, then the repeats in turn
+    # warmup + calibration each, then one repeat of each in turn, each round starting one kernel later
+    assert log.read_text() == "aa" + "bb" + "ab" + "ba" + "ab"
