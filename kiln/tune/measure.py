@@ -112,6 +112,7 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
     kernels, timed round-robin (`timeout` seconds per ready kernel in all)."""
     results: dict[int, MeasureResult] = {}
     ready: list[int] = []
+    loaded = 0  # kernels the child has reported on in the first part; the next one is being loaded
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(_job(specs, options))
@@ -120,11 +121,9 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
         pass
     deadline = [time.monotonic() + STARTUP_SECONDS + options.timeout]
     for line in _lines(proc, lambda: deadline[0]):
-        loading = len(results) + len(ready) < len(specs)
         if line is None:
-            if loading:
-                return {**results, len(results) + len(ready): MeasureResult(
-                    None, f"timeout: no result within {options.timeout:g} s")}
+            if loaded < len(specs):
+                return {**results, loaded: MeasureResult(None, f"timeout: no result within {options.timeout:g} s")}
             return {**results, **{i: MeasureResult(None, f"timeout: timing took over {options.timeout:g} s a kernel")
                                   for i in ready if i not in results}}
         try:
@@ -136,16 +135,16 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
         i = msg["i"]
         if "seconds" in msg and i in ready:
             results[i] = MeasureResult(msg["seconds"], None, msg["all"], msg.get("check"))
-        elif "error" in msg and loading:
-            results[i] = MeasureResult(None, f"error: {msg['error']}")
-        elif msg.get("ready") and loading:
-            ready.append(i)
+        elif loaded < len(specs) and ("error" in msg or msg.get("ready")):
+            loaded += 1
+            if "error" in msg:
+                results[i] = MeasureResult(None, f"error: {msg['error']}")
+            else:
+                ready.append(i)
+            # the next kernel's loading, or once all are loaded the round-robin timing of the ready ones
+            deadline[0] = time.monotonic() + options.timeout * (1 if loaded < len(specs) else len(ready))
         if len(results) == len(specs):
             return results
-        if len(results) + len(ready) == len(specs):  # all loaded: the round-robin timing
-            deadline[0] = time.monotonic() + options.timeout * len(ready)
-        elif loading:
-            deadline[0] = time.monotonic() + options.timeout
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -154,8 +153,8 @@ def _collect(proc: subprocess.Popen, specs: Sequence[KernelSpec], options: Measu
     err = stderr.read().decode(errors="replace").strip().splitlines()
     why = f"exit {proc.returncode}" if proc.returncode >= 0 else f"signal {signal.Signals(-proc.returncode).name}"
     crash = MeasureResult(None, f"crash: measuring process died ({why})" + (f": {err[-1]}" if err else ""))
-    if len(results) + len(ready) < len(specs):  # the kernel being loaded killed it; the ready ones go on
-        return {**results, len(results) + len(ready): crash}
+    if loaded < len(specs):  # the kernel being loaded killed it; the ready ones go on
+        return {**results, loaded: crash}
     return {**results, **{i: crash for i in ready if i not in results}}
 
 
