@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> None:
     import kiln
-    from bench_models import EXTRA, MODELS, feeds_for, make_model
+    from bench_models import EXTRA, MODELS, feeds_for
     from kiln.build import flop_count
     from kiln.ir.module import IRModule
     from kiln.runtime.executor import primitive_functions
@@ -32,13 +33,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--opt-level", type=int, default=3)
     args = p.parse_args()
-    if args.model in MODELS + EXTRA:
-        model = make_model(args.model, args.batch)
-    else:
-        from kiln.bench import with_fixed_dims
-        from kiln.frontend.onnx import load_model
-
-        model = with_fixed_dims(load_model(args.model), {}, lambda _: None)
+    model = load(args.model, args.batch)
     feeds = feeds_for(model)
     aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
     set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
@@ -56,7 +51,7 @@ def main() -> None:
     group_flops, group_ops = {}, {}
     for n, fn in enumerate(primitive_functions(aot.mod)):
         group_flops[f"fused_{n}"] = flop_count(IRModule({"main": fn}))
-        group_ops[f"fused_{n}"] = _describe(fn)
+        group_ops[f"fused_{n}"] = describe(fn)
     by_name: dict[str, list[float]] = {}
     for name, t in per_call:
         by_name.setdefault(name, []).append(t)
@@ -70,15 +65,45 @@ def main() -> None:
         print(f"{t * 1e3:8.3f} ms {100 * t / total:5.1f}% {gf} GFLOP/s  {name} x{len(ts)}  {group_ops.get(name, '')}")
 
 
-def _describe(fn) -> str:
-    """The group's ops in order, the first one (the anchor, usually) with its output shape."""
+def load(name: str, batch: int):
+    """A built-in benchmark model by name, or an .onnx file with its symbolic dims set to 1."""
+    from bench_models import EXTRA, MODELS, make_model
+
+    if name in MODELS + EXTRA:
+        return make_model(name, batch)
+    from kiln.bench import with_fixed_dims
+    from kiln.frontend.onnx import load_model
+
+    return with_fixed_dims(load_model(name), {}, lambda _: None)
+
+
+def op_names(fn) -> list[str]:
+    """The group's operators in evaluation order, short names (conv2d_nchwc, add, relu)."""
+    return [e.op.name.split(".")[-1] for e in _op_calls(fn)]
+
+
+def _op_calls(fn) -> list:
     from kiln.ir.expr import Call, Op
     from kiln.ir.visitor import post_order
 
-    calls = [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
-    ops = [e.op.name.split(".")[-1] for e in calls]
+    return [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
+
+
+def output_elements(fn) -> int:
+    """Elements of the group's output (0 when not a tensor of static shape)."""
+    calls = _op_calls(fn)
     shape = getattr(calls[-1].type, "shape", None) if calls else None
-    return f"{' > '.join(ops)} -> {list(shape) if shape is not None else '?'}"
+    try:
+        return math.prod(int(d) for d in shape) if shape is not None else 0
+    except TypeError:
+        return 0
+
+
+def describe(fn) -> str:
+    """The group's ops in order, the first one (the anchor, usually) with its output shape."""
+    calls = _op_calls(fn)
+    shape = getattr(calls[-1].type, "shape", None) if calls else None
+    return f"{' > '.join(op_names(fn))} -> {list(shape) if shape is not None else '?'}"
 
 
 if __name__ == "__main__":

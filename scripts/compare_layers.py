@@ -1,0 +1,165 @@
+"""Kiln against ONNX Runtime layer by layer: every conv / matmul of a model, Kiln's kernel (timed in C
+by kiln_model_profile; a Winograd conv counts its input and output transforms with its product) beside
+the ONNX Runtime node that computes it (its profiler's kernel time), paired in execution order. Usage:
+
+    .venv/bin/python scripts/compare_layers.py resnet50 --threads 2 --rounds 20
+
+Whole-model timings say whether Kiln is faster; this says where it wins and loses. The two take
+turns (as kiln.bench.alternate): each turn starts with untimed runs for longer than either runtime's
+threads spin after a run (ONNX Runtime's pool spins 50-60 ms), so neither is timed beside the other's
+spinning threads or just after an idle pause. A Kiln
+layer is paired with the ONNX Runtime layer of equal output size nearest in execution order; layers
+either side fuses away (ONNX Runtime's attention nodes) are listed unpaired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ANCHORS = ("conv2d_nchwc", "conv2d", "dense_packed", "dense", "mat_mul", "batch_mat_mul", "gemm")
+ORT_LAYERS = ("Conv", "FusedConv", "MatMul", "FusedMatMul", "Gemm", "FusedGemm")
+SETTLE_S = 0.1  # untimed runs at the start of a turn: longer than ONNX Runtime's pool and libgomp spin
+
+
+def _settle(run) -> int:
+    """Run untimed for SETTLE_S seconds (at least once); how many runs that took."""
+    t0, n = time.perf_counter(), 0
+    while n == 0 or time.perf_counter() - t0 < SETTLE_S:
+        run()
+        n += 1
+    return n
+
+
+def kiln_layers(per_call: list[tuple[str, float]], ops: dict[str, list[str]],
+                elements: dict[str, int]) -> list[tuple[float, str, int]]:
+    """(seconds, kernel, output elements) per anchored layer, in call order: a kernel whose ops
+    include an anchor is a layer; a Winograd product takes the input transform before it and the
+    next output transform (another layer, a block's projection shortcut, may run in between), whose
+    output is then the layer's; other kernels (pools, layout changes) are left out."""
+    layers: list[list] = []
+    pending, products = 0.0, []
+    for name, t in per_call:
+        names = ops.get(name, [])
+        if any(op in ANCHORS for op in names):
+            layers.append([t + pending, name, elements.get(name, 0)])
+            if pending:
+                products.append(layers[-1])
+            pending = 0.0
+        elif "winograd_input" in names:
+            pending += t
+        elif "winograd_output" in names and products:
+            product = products.pop(0)
+            product[0] += t
+            product[2] = elements.get(name, 0)
+    return [(t, name, n) for t, name, n in layers]
+
+
+def pair(kiln_keys: list[tuple[int, float]], ort_keys: list[tuple[int, float]]) -> list[int | None]:
+    """For each Kiln layer (output elements, FLOPs), the ONNX Runtime layer with as many output
+    elements whose FLOPs are nearest (a Winograd product counts fewer than the direct conv, a
+    projection shortcut far fewer still), then nearest in execution order (the two may order a
+    block's shortcut and its convs differently); each used once, None where there is none."""
+    free = set(range(len(ort_keys)))
+    out: list[int | None] = []
+    for i, (n, flops) in enumerate(kiln_keys):
+        same = [j for j in free if ort_keys[j][0] == n]
+        j = min(same, key=lambda j: (round(abs(math.log((flops + 1) / (ort_keys[j][1] + 1)))), abs(j - i)),
+                default=None)
+        if j is not None:
+            free.remove(j)
+        out.append(j)
+    return out
+
+
+def ort_layers(events: list[dict]) -> list[tuple[int, float, str, int, float]]:
+    """(start, seconds, label, output elements, FLOPs) of every conv / matmul node's kernel in an ONNX
+    Runtime profile; FLOPs as 2 x outputs x the weight's reduction (its dims after the first)."""
+    out = []
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and args.get("op_name") in ORT_LAYERS:
+            dims = next(iter((args.get("output_type_shape") or [{}])[0].values()), [])
+            inputs = [next(iter(x.values()), []) for x in args.get("input_type_shape") or []]
+            reduction = math.prod(inputs[1][1:]) if len(inputs) > 1 and len(inputs[1]) > 1 else 0
+            out.append((e["ts"], e["dur"] / 1e6, f"{args['op_name']} {json.dumps(dims)}", math.prod(dims),
+                        2.0 * math.prod(dims) * reduction))
+    return sorted(out)
+
+
+def main() -> None:
+    import onnxruntime as ort
+
+    import kiln
+    from bench_models import EXTRA, MODELS, feeds_for
+    from kiln.build import flop_count
+    from kiln.ir.module import IRModule
+    from kiln.runtime.aot import build_aot
+    from kiln.runtime.executor import primitive_functions
+    from profile_model import describe, load, op_names, output_elements
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20, help="turns of each runtime (default 20)")
+    p.add_argument("--opt-level", type=int, default=3)
+    args = p.parse_args()
+    model = load(args.model, args.batch)
+    feeds = feeds_for(model)
+    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
+    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
+    if set_threads is not None:
+        set_threads(ctypes.c_int(args.threads))
+    fns = list(primitive_functions(aot.mod))
+    ops = {f"fused_{n}": op_names(fn) for n, fn in enumerate(fns)}
+    described = {f"fused_{n}": describe(fn) for n, fn in enumerate(fns)}
+    elements = {f"fused_{n}": output_elements(fn) for n, fn in enumerate(fns)}
+    flops = {f"fused_{n}": flop_count(IRModule({"main": fn})) for n, fn in enumerate(fns)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
+    so.enable_profiling = True
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    kiln_rounds, measured = [], []  # measured: per ONNX Runtime run, whether it is timed
+    for _ in range(args.rounds):
+        _settle(lambda: aot.run(feeds))
+        kiln_rounds.append(kiln_layers(aot.profile(feeds, 2), ops, elements))
+        measured += [False] * _settle(lambda: sess.run(None, feeds)) + [True] * 2
+        for _ in range(2):
+            sess.run(None, feeds)
+    trace = Path(sess.end_profiling())
+    events = ort_layers(json.loads(trace.read_text()))
+    trace.unlink()
+    per_run = len(events) // len(measured)
+    runs = [[e[1] for e in events[i * per_run:(i + 1) * per_run]] for i, timed in enumerate(measured) if timed]
+    ort_t = np.median(np.array(runs), axis=0) if per_run else np.zeros(0)
+    kiln_t = np.median(np.array([[layer[0] for layer in r] for r in kiln_rounds]), axis=0)
+    kiln_l, ort_l = kiln_rounds[0], events[:per_run]
+    print(f"{args.model} batch {args.batch} threads {args.threads}: layers Kiln {kiln_t.sum() * 1e3:.3f} ms "
+          f"({len(kiln_t)}), ONNX Runtime {ort_t.sum() * 1e3:.3f} ms ({len(ort_t)})")
+    pairs = pair([(n, flops[name]) for _, name, n in kiln_l], [(e[3], e[4]) for e in ort_l])
+    slower = faster = 0.0
+    for i, ((_, name, _), j) in enumerate(zip(kiln_l, pairs)):
+        k = kiln_t[i]
+        if j is None:
+            print(f"{i:4d} kiln {k * 1e3:7.3f} ms  (no ONNX Runtime layer with its output size)  {described[name]}")
+            continue
+        o = ort_t[j]
+        slower, faster = slower + max(k - o, 0.0), faster + max(o - k, 0.0)
+        print(f"{i:4d} kiln {k * 1e3:7.3f} ms  ort {o * 1e3:7.3f} ms  {k / o:5.2f}x  "
+              f"{described[name][:48]:48s} | {ort_l[j][2]}")
+    for j in sorted(set(range(len(ort_l))) - set(pairs)):
+        print(f"     ort  {ort_t[j] * 1e3:7.3f} ms  not paired: {ort_l[j][2]}")
+    print(f"paired layers: Kiln loses {slower * 1e3:.3f} ms where slower, gains {faster * 1e3:.3f} ms where faster")
+
+if __name__ == "__main__":
+    main()
