@@ -68,36 +68,54 @@ def kiln_layers(per_call: list[tuple[str, float]], ops: dict[str, list[str]],
     return [(t, name, n) for t, name, n in layers]
 
 
-def pair(kiln_keys: list[tuple[int, float]], ort_keys: list[tuple[int, float]]) -> list[int | None]:
-    """For each Kiln layer (output elements, FLOPs), the ONNX Runtime layer with as many output
-    elements whose FLOPs are nearest (a Winograd product counts fewer than the direct conv, a
-    projection shortcut far fewer still), then nearest in execution order (the two may order a
-    block's shortcut and its convs differently); each used once, None where there is none."""
+def pair(kiln_keys: list[tuple[int, int]], ort_keys: list[tuple[int, int]]) -> list[int | None]:
+    """For each Kiln layer (output elements, weight elements), an ONNX Runtime layer with as many
+    output elements: first those whose weight is as large too (direct convs, matmuls), then the rest
+    (a Winograd product's transformed weight, 16/9 or 36/9 of the direct 3x3's) to the weight nearest
+    in size; among equals the one nearest in execution order (the two may order a block's shortcut
+    and its convs differently, and repeated blocks have equal layers). Each is used once; None where
+    none is left."""
     free = set(range(len(ort_keys)))
-    out: list[int | None] = []
-    for i, (n, flops) in enumerate(kiln_keys):
-        same = [j for j in free if ort_keys[j][0] == n]
-        j = min(same, key=lambda j: (round(abs(math.log((flops + 1) / (ort_keys[j][1] + 1)))), abs(j - i)),
-                default=None)
+    out: list[int | None] = [None] * len(kiln_keys)
+
+    def take(i: int, candidates: list[int], distance) -> None:
+        j = min(candidates, key=lambda j: (distance(j), abs(j - i)), default=None)
         if j is not None:
             free.remove(j)
-        out.append(j)
+            out[i] = j
+
+    for i, key in enumerate(kiln_keys):
+        take(i, [j for j in free if ort_keys[j] == key], lambda j: 0)
+    for i, (n, weight) in enumerate(kiln_keys):
+        if out[i] is None:
+            take(i, [j for j in free if ort_keys[j][0] == n],
+                 lambda j, w=weight: abs(math.log((w + 1) / (ort_keys[j][1] + 1))))
     return out
 
 
-def ort_layers(events: list[dict]) -> list[tuple[int, float, str, int, float]]:
-    """(start, seconds, label, output elements, FLOPs) of every conv / matmul node's kernel in an ONNX
-    Runtime profile; FLOPs as 2 x outputs x the weight's reduction (its dims after the first)."""
+def ort_layers(events: list[dict]) -> list[tuple[int, float, str, int, int]]:
+    """(start, seconds, label, output elements, weight elements) of every conv / matmul node's kernel
+    in an ONNX Runtime profile (the weight: the node's second input)."""
     out = []
     for e in events:
         args = e.get("args", {})
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and args.get("op_name") in ORT_LAYERS:
             dims = next(iter((args.get("output_type_shape") or [{}])[0].values()), [])
             inputs = [next(iter(x.values()), []) for x in args.get("input_type_shape") or []]
-            reduction = math.prod(inputs[1][1:]) if len(inputs) > 1 and len(inputs[1]) > 1 else 0
-            out.append((e["ts"], e["dur"] / 1e6, f"{args['op_name']} {json.dumps(dims)}", math.prod(dims),
-                        2.0 * math.prod(dims) * reduction))
+            weight = math.prod(inputs[1]) if len(inputs) > 1 else 0
+            out.append((e["ts"], e["dur"] / 1e6, f"{args['op_name']} {json.dumps(dims)}", math.prod(dims), weight))
     return sorted(out)
+
+
+def weight_elements(fn) -> int:
+    """Elements of a layer group's weight: its second parameter (the first is the data; weights are
+    parameters of the AOT's groups, bound at run time)."""
+    if len(fn.params) < 2:
+        return 0
+    try:
+        return math.prod(int(d) for d in fn.params[1].type.shape)
+    except (AttributeError, TypeError):
+        return 0
 
 
 def main() -> None:
@@ -105,8 +123,6 @@ def main() -> None:
 
     import kiln
     from bench_models import EXTRA, MODELS, feeds_for
-    from kiln.build import flop_count
-    from kiln.ir.module import IRModule
     from kiln.runtime.aot import build_aot
     from kiln.runtime.executor import primitive_functions
     from profile_model import describe, load, op_names, output_elements
@@ -128,7 +144,7 @@ def main() -> None:
     ops = {f"fused_{n}": op_names(fn) for n, fn in enumerate(fns)}
     described = {f"fused_{n}": describe(fn) for n, fn in enumerate(fns)}
     elements = {f"fused_{n}": output_elements(fn) for n, fn in enumerate(fns)}
-    flops = {f"fused_{n}": flop_count(IRModule({"main": fn})) for n, fn in enumerate(fns)}
+    weights = {f"fused_{n}": weight_elements(fn) for n, fn in enumerate(fns)}
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
     so.enable_profiling = True
@@ -150,7 +166,7 @@ def main() -> None:
     kiln_l, ort_l = kiln_rounds[0], events[:per_run]
     print(f"{args.model} batch {args.batch} threads {args.threads}: layers Kiln {kiln_t.sum() * 1e3:.3f} ms "
           f"({len(kiln_t)}), ONNX Runtime {ort_t.sum() * 1e3:.3f} ms ({len(ort_t)})")
-    pairs = pair([(n, flops[name]) for _, name, n in kiln_l], [(e[3], e[4]) for e in ort_l])
+    pairs = pair([(n, weights[name]) for _, name, n in kiln_l], [(e[3], e[4]) for e in ort_l])
     slower = faster = 0.0
     for i, ((_, name, _), j) in enumerate(zip(kiln_l, pairs)):
         k = kiln_t[i]

@@ -21,10 +21,10 @@ def test_a_winograd_layer_takes_its_transforms_across_a_shortcut_between():
     assert _script().kiln_layers(calls, ops, elements) == [(6.0, "prod", 100), (0.5, "proj", 100)]
 
 
-def test_layers_pair_by_size_then_work_then_order():
+def test_layers_pair_by_size_then_weight_then_order():
     cl = _script()
-    # Kiln runs the 3x3 (Winograd: fewer FLOPs than direct) before a 1x1 shortcut of the same output size;
-    # ONNX Runtime the shortcut first
-    kiln = [(100, 4.0e6), (100, 1.0e5), (50, 1.0e4)]
-    ort = [(100, 1.2e5), (100, 9.0e6), (7, 1.0)]
-    assert cl.pair(kiln, ort) == [1, 0, None]
+    # Kiln runs a Winograd 3x3 (its transformed weight 36/9 of the direct one) before a 1x1 shortcut of the same
+    # output size; ONNX Runtime the shortcut first. Two equal blocks follow: each pairs with the nearer
+    kiln = [(100, 36 * 64), (100, 128), (100, 36 * 64), (100, 36 * 64), (50, 10)]
+    ort = [(100, 128), (100, 9 * 64), (100, 9 * 64), (100, 9 * 64), (7, 1)]
+    assert cl.pair(kiln, ort) == [1, 0, 2, 3, None]
