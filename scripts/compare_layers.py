@@ -15,10 +15,10 @@ either side fuses away (ONNX Runtime's attention nodes) are listed unpaired.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -121,25 +121,13 @@ def weight_elements(fn) -> int:
 def main() -> None:
     import onnxruntime as ort
 
-    import kiln
-    from bench_models import EXTRA, MODELS, feeds_for
-    from kiln.runtime.aot import build_aot
     from kiln.runtime.executor import primitive_functions
-    from profile_model import describe, load, op_names, output_elements
+    from profile_model import build, describe, model_arguments, op_names, output_elements
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
+    p = model_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     p.add_argument("--rounds", type=int, default=20, help="turns of each runtime (default 20)")
-    p.add_argument("--opt-level", type=int, default=3)
     args = p.parse_args()
-    model = load(args.model, args.batch)
-    feeds = feeds_for(model)
-    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
-    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
-    if set_threads is not None:
-        set_threads(ctypes.c_int(args.threads))
+    model, feeds, aot = build(args)
     fns = list(primitive_functions(aot.mod))
     ops = {f"fused_{n}": op_names(fn) for n, fn in enumerate(fns)}
     described = {f"fused_{n}": describe(fn) for n, fn in enumerate(fns)}
@@ -148,6 +136,8 @@ def main() -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
     so.enable_profiling = True
+    scratch = tempfile.TemporaryDirectory(prefix="kiln-compare-")  # the trace, gone however the run ends
+    so.profile_file_prefix = str(Path(scratch.name) / "ort")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     kiln_rounds, measured = [], []  # measured: per ONNX Runtime run, whether it is timed
     for _ in range(args.rounds):
@@ -156,9 +146,8 @@ def main() -> None:
         measured += [False] * _settle(lambda: sess.run(None, feeds)) + [True] * 2
         for _ in range(2):
             sess.run(None, feeds)
-    trace = Path(sess.end_profiling())
-    events = ort_layers(json.loads(trace.read_text()))
-    trace.unlink()
+    events = ort_layers(json.loads(Path(sess.end_profiling()).read_text()))
+    scratch.cleanup()
     per_run = len(events) // len(measured)
     runs = [[e[1] for e in events[i * per_run:(i + 1) * per_run]] for i, timed in enumerate(measured) if timed]
     ort_t = np.percentile(np.array(runs), QUANTILE, axis=0) if per_run else np.zeros(0)

@@ -18,27 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    import kiln
-    from bench_models import EXTRA, MODELS, feeds_for
     from kiln.build import flop_count
     from kiln.ir.module import IRModule
     from kiln.runtime.executor import primitive_functions
-    from kiln.runtime.aot import build_aot
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
+    p = model_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
-    p.add_argument("--opt-level", type=int, default=3)
     args = p.parse_args()
-    model = load(args.model, args.batch)
-    feeds = feeds_for(model)
-    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
-    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
-    if set_threads is not None:
-        set_threads(ctypes.c_int(args.threads))
+    model, feeds, aot = build(args)
     for _ in range(3):
         aot.run(feeds)
     t0 = time.perf_counter()
@@ -63,6 +51,31 @@ def main() -> None:
         f = group_flops.get(name, 0) * len(ts)
         gf = f"{f / t / 1e9:7.1f}" if f and t else "      -"
         print(f"{t * 1e3:8.3f} ms {100 * t / total:5.1f}% {gf} GFLOP/s  {name} x{len(ts)}  {group_ops.get(name, '')}")
+
+
+def model_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments that name a model and how to build and run it."""
+    from bench_models import EXTRA, MODELS
+
+    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--opt-level", type=int, default=3)
+    return p
+
+
+def build(args: argparse.Namespace):
+    """(ONNX model, feeds, AOT module running on args.threads threads) for model_arguments' args."""
+    import kiln
+    from bench_models import feeds_for
+    from kiln.runtime.aot import build_aot
+
+    model = load(args.model, args.batch)
+    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
+    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
+    if set_threads is not None:
+        set_threads(ctypes.c_int(args.threads))
+    return model, feeds_for(model), aot
 
 
 def load(name: str, batch: int):
