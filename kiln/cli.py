@@ -236,7 +236,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from kiln.tune.command import run_tune
 
     return run_tune(args.model, _parse_dims(args.dim), args.records, trials=args.trials, threads=args.threads,
-                    timeout=args.timeout, batch=args.batch, opt_level=args.opt_level, seed=args.seed)
+                    timeout=args.timeout, batch=args.batch, opt_level=args.opt_level, seed=args.seed,
+                    check_rounds=args.check_rounds)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -301,7 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("model", help="path to an .onnx file")
     t.add_argument("--records", required=True, metavar="FILE", help="JSON-lines log to append to (resumes "
                    "from what it already holds)")
-    t.add_argument("--trials", type=int, default=64, help="measurements in all, over every task (default 64)")
+    t.add_argument("--trials", type=int, default=64, help="measurements in all, over every task (default 64; 0: "
+                   "only check the records' picks in the model)")
+    t.add_argument("--check-rounds", type=int, default=None, help="after tuning, time the model with and without "
+                   "the picks, taking this many turns, and reject picks not faster there (default 20; 0: no check)")
     t.add_argument("--threads", type=int, default=None, help="threads kernels run with while measured "
                    "(default: all cores)")
     t.add_argument("--timeout", type=float, default=10.0, help="seconds one candidate may take before it "

@@ -1,7 +1,10 @@
 """Tuning records: one JSON line per measured candidate, the log that builds read.
 
 Each line is {version, key, target, config, seconds, timestamp} (+ error for failed candidates,
-whose seconds is null, and threads). Lines are appended with one O_APPEND write each, so several
+whose seconds is null, and threads). A line with `in_model` [default seconds, config's seconds] and
+null seconds is not a measurement of the kernel alone but a check of a pick inside the model
+(kiln.runtime.in_model_check): a pick that was not faster there than its default is not applied.
+Lines are appended with one O_APPEND write each, so several
 tuners may share a file and a reader never sees half a record; a line that does not parse (a file
 cut short by a crash) is skipped. No pickle: configs are plain JSON values.
 """
@@ -28,6 +31,7 @@ class Record:
     version: int = VERSION
     error: str | None = None
     threads: int | None = None
+    in_model: tuple[float, float] | None = None  # a check in the model: (default's, this config's) seconds
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None or k == "seconds"},
@@ -40,9 +44,17 @@ class Record:
             raise ValueError("not a record")
         seconds = d.get("seconds")
         config = {str(k): _tuples(v) for k, v in d["config"].items()}
+        in_model = d.get("in_model")
+        if in_model is not None:
+            in_model = (float(in_model[0]), float(in_model[1]))
         return Record(str(d["key"]), str(d["target"]), config, None if seconds is None else float(seconds),
                       float(d.get("timestamp", 0.0)), int(d.get("version", VERSION)), d.get("error"),
-                      d.get("threads"))
+                      d.get("threads"), in_model)
+
+    @property
+    def rejected_in_model(self) -> bool:
+        """Whether this is a check in the model that found the config no faster than the default."""
+        return self.in_model is not None and self.in_model[1] >= self.in_model[0] * (1 - IN_MODEL_MARGIN)
 
 
 def _tuples(v: object) -> object:
@@ -85,6 +97,7 @@ def best(records: Iterable[Record], key: str, target: str | None = None) -> Reco
 
 
 MARGIN = 0.05  # a config must beat its workload's default by more than this to be applied
+IN_MODEL_MARGIN = 0.02  # ... and, where checked in the model, by more than this there
 
 
 def best_configs(records: Iterable[Record], target: str | None = None,
@@ -95,11 +108,16 @@ def best_configs(records: Iterable[Record], target: str | None = None,
 
     Why a margin: the tuner times each kernel alone (hot caches, no neighbours), and the fastest
     of many noisy measurements is biased low. Wins of a few percent there lost inside the model at
-    2 threads (mobilenet_v2 tuned 4.62 ms against 3.86 untuned)."""
+    2 threads (mobilenet_v2 tuned 4.62 ms against 3.86 untuned). A pick that a check in the model
+    (the latest for that config) found no faster than the default there is not applied either."""
     first: dict[str, Record] = {}
     fastest: dict[str, Record] = {}
+    checks: dict[tuple[str, str], Record] = {}
     for r in records:
         if target is not None and r.target != target:
+            continue
+        if r.in_model is not None:
+            checks[r.key, _config_text(r.config)] = r
             continue
         first.setdefault(r.key, r)
         if r.seconds is not None and (r.key not in fastest or r.seconds < fastest[r.key].seconds):
@@ -109,8 +127,15 @@ def best_configs(records: Iterable[Record], target: str | None = None,
         default = first[k].seconds
         if default is not None and r.seconds > default * (1 - margin):
             continue
+        check = checks.get((k, _config_text(r.config)))
+        if check is not None and check.rejected_in_model:
+            continue
         out[k] = dict(r.config)
     return out
+
+
+def _config_text(config: Mapping[str, object]) -> str:
+    return json.dumps(config, sort_keys=True)
 
 
 def tuned_configs(source: str | os.PathLike | Mapping[str, Mapping[str, object]] | None,

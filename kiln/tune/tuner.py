@@ -71,7 +71,7 @@ def tune_tasks(tasks: Sequence[Task], records_path: str | Path | None, options: 
     for t in tasks:
         st = TaskState(t, CostModel(options.seed))
         for r in old:
-            if r.key == t.key and r.target == t.target:
+            if r.key == t.key and r.target == t.target and r.in_model is None:  # not a check in the model
                 st.observe(dict(r.config), r.seconds)
         st.model.fit()
         states.append(st)

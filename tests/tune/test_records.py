@@ -50,3 +50,24 @@ def test_tuned_configs_filters_by_target_and_rejects_a_missing_file(tmp_path):
     assert rec.tuned_configs({"k": {"a": 3}}, "mine") == {"k": {"a": 3}}
     with pytest.raises(InputError, match="no such file"):
         rec.tuned_configs(tmp_path / "missing.jsonl", "mine")
+
+
+def test_a_pick_the_model_check_found_no_faster_is_not_applied(tmp_path):
+    tuned = [rec.Record("k", "t", {"a": 0}, 1.0e-3), rec.Record("k", "t", {"a": 1}, 0.5e-3),
+             rec.Record("j", "t", {"a": 0}, 1.0e-3), rec.Record("j", "t", {"a": 2}, 0.5e-3),
+             rec.Record("i", "t", {"a": 0}, 1.0e-3), rec.Record("i", "t", {"a": 3}, 0.5e-3)]
+    checks = [rec.Record("k", "t", {"a": 1}, None, in_model=(2.0e-3, 2.1e-3)),  # slower in the model
+              rec.Record("j", "t", {"a": 9}, None, in_model=(2.0e-3, 3.0e-3)),  # another config's check
+              rec.Record("i", "t", {"a": 3}, None, in_model=(2.0e-3, 2.5e-3)),
+              rec.Record("i", "t", {"a": 3}, None, in_model=(2.0e-3, 1.5e-3))]  # checked again: the latest counts
+    path = tmp_path / "log.jsonl"
+    rec.append(path, tuned + checks)
+    back = rec.load(path)
+    assert [r.in_model for r in back[6:]] == [c.in_model for c in checks]
+    assert json.loads(path.read_text().splitlines()[6])["in_model"] == [2.0e-3, 2.1e-3]
+    assert rec.best_configs(back) == {"j": {"a": 2}, "i": {"a": 3}}
+    assert rec.best_configs(tuned) == {"k": {"a": 1}, "j": {"a": 2}, "i": {"a": 3}}
+    # a pick must beat its default there by the margin; a check is never a workload's default
+    assert rec.Record("k", "t", {}, None, in_model=(1.0, 0.99)).rejected_in_model
+    assert not rec.Record("k", "t", {}, None, in_model=(1.0, 0.97)).rejected_in_model
+    assert rec.best_configs([checks[0]] + tuned[:2]) == {}

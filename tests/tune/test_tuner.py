@@ -41,6 +41,21 @@ def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
 
 
 @requires_gcc
+def test_a_check_in_the_model_is_not_a_measurement_when_tuning_resumes(tmp_path, monkeypatch):
+    """A record of an in-model check has no kernel time: resuming must not count it as a failed trial."""
+    import kiln.tune.tuner as tuner
+    from kiln.tune.measure import MeasureResult
+
+    monkeypatch.setattr(tuner, "run_kernels", lambda specs, options: [
+        MeasureResult(1e-6, None, [1e-6] * 3, [0.5]) for _ in specs])
+    task = extract_tasks(fuse(kiln.from_onnx(tiny_model())))[0]
+    path = tmp_path / "log.jsonl"
+    rec.append(path, [rec.Record(task.key, task.target, dict(task.default_config), None, in_model=(1e-3, 2e-3))])
+    result = tuner.tune_tasks([task], path, TuneOptions(trials=1, batch=1, measure=OPTIONS.measure))
+    assert result.states[0].failures == 0 and result.states[0].default_seconds == 1e-6
+
+
+@requires_gcc
 def test_every_batch_is_scaled_to_the_default_measured_first(tmp_path, monkeypatch):
     """The machine runs 3x slower during the second batch: its times, anchored on the default measured in
     the same batch, land on the first batch's scale."""
