@@ -57,15 +57,22 @@ def alternate(engines: list[Engine], runs: int, burst: int = 5, deadline_s: floa
     turns = 0
     while min(len(e.times) for e in engines) < runs:
         for e in engines:
-            t0 = time.perf_counter()
-            e.run()
-            while time.perf_counter() - t0 < settle_s:
-                e.run()
+            settle(e.run, settle_s)
             for _ in range(min(burst, runs - len(e.times))):
                 e.timed()
         turns += 1
         if turns >= 5 and time.perf_counter() > t_end:
             break
+
+
+def settle(run: Callable[[], object], seconds: float = SETTLE_S) -> int:
+    """Run untimed for `seconds` (at least once): the start of a turn (see alternate). How many runs
+    that took."""
+    t0, n = time.perf_counter(), 0
+    while n == 0 or time.perf_counter() - t0 < seconds:
+        run()
+        n += 1
+    return n
 
 
 def symbolic_dims(model: Any) -> list[str]:

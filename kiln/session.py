@@ -9,7 +9,6 @@ the setting per thread.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ class InferenceSession:
         else:
             self.model = build(path_or_model, opt_level=opt_level, executor=executor)
         self.threads = threads
-        self._set_threads = _omp_set_num_threads(self.model.library) if threads else None
+        self._set_threads = openmp_env.set_num_threads(self.model.library) if threads else None
         self._output_names = [o.name for o in self.model.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -77,18 +76,6 @@ class InferenceSession:
 
     def export(self, directory: str | os.PathLike) -> Path:
         return self.model.export(directory)
-
-
-def _omp_set_num_threads(library: Any) -> Any:
-    """omp_set_num_threads of the OpenMP runtime the kernels use (the library's own libgomp, or the
-    process's when the linker dropped it); None without kernels or OpenMP."""
-    if library is None:
-        return None
-    fn = getattr(library.lib, "omp_set_num_threads", None)
-    if fn is None:
-        name = ctypes.util.find_library("gomp")
-        fn = getattr(openmp_env.load_library(name), "omp_set_num_threads", None) if name else None
-    return fn
 
 
 def _load_model(directory: str | os.PathLike) -> CompiledModel:

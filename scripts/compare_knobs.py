@@ -24,13 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> None:
     import kiln
-    from bench_models import EXTRA, MODELS, feeds_for, make_model
+    from bench_models import EXTRA, MODELS, feeds_for
     from kiln.build import flop_count
+    from kiln.codegen import openmp_env
     from kiln.codegen.cache import CompileCache
     from kiln.ir.module import IRModule
     from kiln.runtime.aot import build_aot
     from kiln.runtime.executor import primitive_functions
     from kiln.topi.knobs import applying
+    from profile_model import load
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file")
@@ -42,13 +44,7 @@ def main() -> None:
     p.add_argument("--config", action="append", default=[], help="NAME=JSON knob config (the first is the base)")
     args = p.parse_args()
     configs = [(c.split("=", 1)[0], json.loads(c.split("=", 1)[1])) for c in args.config] or [("base", {})]
-    if args.model in MODELS + EXTRA:
-        model = make_model(args.model, 1)
-    else:
-        from kiln.bench import with_fixed_dims
-        from kiln.frontend.onnx import load_model
-
-        model = with_fixed_dims(load_model(args.model), {}, lambda _: None)
+    model = load(args.model, 1)
     feeds = feeds_for(model)
     mods = []
     for _, cfg in configs:
@@ -59,7 +55,7 @@ def main() -> None:
         for a, b in zip(ref, m.run(feeds)):
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
     for m in mods:
-        fn = getattr(m.library.lib, "omp_set_num_threads", None)
+        fn = openmp_env.set_num_threads(m.library)
         if fn is not None:
             fn(ctypes.c_int(args.threads))
         for _ in range(3):

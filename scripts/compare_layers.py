@@ -1,15 +1,15 @@
 """Kiln against ONNX Runtime layer by layer: every conv / matmul of a model, Kiln's kernel (timed in C
 by kiln_model_profile; a Winograd conv counts its input and output transforms with its product) beside
-the ONNX Runtime node that computes it (its profiler's kernel time), paired in execution order. Usage:
+the ONNX Runtime node that computes it (its profiler's kernel time). Usage:
 
     .venv/bin/python scripts/compare_layers.py resnet50 --threads 2 --rounds 20
 
 Whole-model timings say whether Kiln is faster; this says where it wins and loses. The two take
-turns (as kiln.bench.alternate): each turn starts with untimed runs for longer than either runtime's
-threads spin after a run (ONNX Runtime's pool spins 50-60 ms), so neither is timed beside the other's
-spinning threads or just after an idle pause. A Kiln
-layer is paired with the ONNX Runtime layer of equal output size nearest in execution order; layers
-either side fuses away (ONNX Runtime's attention nodes) are listed unpaired.
+turns (kiln.bench.settle, as kiln.bench.alternate): each turn starts with untimed runs for longer
+than either runtime's threads spin after a run (ONNX Runtime's pool spins 50-60 ms), so neither is
+timed beside the other's spinning threads or just after an idle pause. Layers pair by output size,
+then weight size, then execution order (see pair); layers either side fuses away (ONNX Runtime's
+attention nodes) are listed unpaired.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,16 +31,6 @@ ORT_LAYERS = ("Conv", "FusedConv", "MatMul", "FusedMatMul", "Gemm", "FusedGemm")
 # 1.5-2x for seconds at a time (a Kiln run of mobilenet_v2 read 6.6 to 18 ms within one minute), a low
 # percentile estimates what the kernel costs, a median what the machine was doing
 QUANTILE = 25
-SETTLE_S = 0.1  # untimed runs at the start of a turn: longer than ONNX Runtime's pool and libgomp spin
-
-
-def _settle(run) -> int:
-    """Run untimed for SETTLE_S seconds (at least once); how many runs that took."""
-    t0, n = time.perf_counter(), 0
-    while n == 0 or time.perf_counter() - t0 < SETTLE_S:
-        run()
-        n += 1
-    return n
 
 
 def kiln_layers(per_call: list[tuple[str, float]], ops: dict[str, list[str]],
@@ -121,6 +110,7 @@ def weight_elements(fn) -> int:
 def main() -> None:
     import onnxruntime as ort
 
+    from kiln.bench import settle
     from kiln.runtime.executor import primitive_functions
     from profile_model import build, describe, model_arguments, op_names, output_elements
 
@@ -141,9 +131,9 @@ def main() -> None:
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     kiln_rounds, measured = [], []  # measured: per ONNX Runtime run, whether it is timed
     for _ in range(args.rounds):
-        _settle(lambda: aot.run(feeds))
+        settle(lambda: aot.run(feeds))
         kiln_rounds.append(kiln_layers(aot.profile(feeds, 2), ops, elements))
-        measured += [False] * _settle(lambda: sess.run(None, feeds)) + [True] * 2
+        measured += [False] * settle(lambda: sess.run(None, feeds)) + [True] * 2
         for _ in range(2):
             sess.run(None, feeds)
     events = ort_layers(json.loads(Path(sess.end_profiling()).read_text()))

@@ -68,11 +68,12 @@ def build(args: argparse.Namespace):
     """(ONNX model, feeds, AOT module running on args.threads threads) for model_arguments' args."""
     import kiln
     from bench_models import feeds_for
+    from kiln.codegen import openmp_env
     from kiln.runtime.aot import build_aot
 
     model = load(args.model, args.batch)
     aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
-    set_threads = getattr(aot.library.lib, "omp_set_num_threads", None)
+    set_threads = openmp_env.set_num_threads(aot.library)
     if set_threads is not None:
         set_threads(ctypes.c_int(args.threads))
     return model, feeds_for(model), aot

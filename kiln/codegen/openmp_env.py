@@ -30,8 +30,10 @@ runtime already loaded into the process has read.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 from collections.abc import MutableMapping
+from typing import Any
 
 SPIN_COUNT = 1000
 
@@ -45,3 +47,15 @@ def load_library(path: str | os.PathLike) -> ctypes.CDLL:
     """A library that may link libgomp (a kernel library, libgomp itself), loaded after configure()."""
     configure()
     return ctypes.CDLL(str(path))
+
+
+def set_num_threads(library) -> Any:
+    """omp_set_num_threads of the OpenMP runtime a kernel library's kernels use (the library's own
+    libgomp, or the process's when the linker dropped it); None without kernels or OpenMP."""
+    if library is None:
+        return None
+    fn = getattr(library.lib, "omp_set_num_threads", None)
+    if fn is None:
+        name = ctypes.util.find_library("gomp")
+        fn = getattr(load_library(name), "omp_set_num_threads", None) if name else None
+    return fn

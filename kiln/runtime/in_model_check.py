@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kiln.codegen import openmp_env
 from kiln.ir import dtype as dt
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
@@ -69,7 +70,7 @@ def check_picks(mod: IRModule, configs: Mapping[str, Mapping[str, object]], targ
     builds = [build_aot(mod, opt_level=opt_level), build_aot(mod, opt_level=opt_level, tuned=tuned)]
     feeds = static_feeds(mod, seed)
     for b in builds:
-        set_threads = getattr(b.library.lib, "omp_set_num_threads", None)
+        set_threads = openmp_env.set_num_threads(b.library)
         if set_threads is not None:
             set_threads(ctypes.c_int(threads))
     times: list[list[list[tuple[str, float]]]] = [[], []]  # build -> turn -> (kernel, seconds) per call

@@ -51,7 +51,7 @@ def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Cal
     from kiln.tune.tasks import host_target
 
     target = host_target()
-    configs = rec.best_configs(rec.load(records), target) if os.path.exists(records) else {}
+    configs = rec.best_configs(rec.load(records), target)  # none from a file not written yet
     checks = check_picks(mod, configs, target, threads, rounds, opt_level) if configs else []
     if not checks:
         say("in-model check: no pick beats its default in these records; nothing to check")
