@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from kiln.te.bound import Interval, bound, canon, const_value, union
 from kiln.te.schedule import Fuse, Schedule, Split, Stage
 from kiln.te.tensor import ComputeOp, IterVar, Range
+from kiln.tir.arith import simplify
 from kiln.tir.expr import FloorDiv, FloorMod, IntImm, PrimExpr, ProducerLoad, Var
 from kiln.tir.functor import substitute, walk
 
@@ -87,6 +88,14 @@ def pass_up(stage: Stage, ext: dict[IterVar, PrimExpr], inexact: list[Split]
     return val, conds
 
 
+def _flattened(i: PrimExpr) -> PrimExpr:
+    """An index that recombines a fused loop, (f // w) * w + f % w, as f itself: bounded term by term, it
+    would span all of its rows (a pointwise conv's pixels read through a fused row and column)."""
+    if not any(isinstance(n, FloorMod) for n in walk(i)):
+        return i
+    return canon(simplify(i))
+
+
 class _Inference:
     def __init__(self, sched: Schedule, live: Sequence[Stage], bodies):
         self.sched, self.bodies = sched, bodies
@@ -146,7 +155,7 @@ class _Inference:
                      if isinstance(n, ProducerLoad) and self.sched.stage_map.get(n.producer.op) is p]
             for load in loads:
                 for d, i in enumerate(load.indices):
-                    b = bound(substitute(i, rootmap), dom)
+                    b = bound(_flattened(substitute(i, rootmap)), dom)
                     if b is None:
                         unknown[d] = True
                     elif regions[d] is None:

@@ -115,10 +115,23 @@ def anchor_stages(outputs: Sequence[Tensor], keep=lambda st: False) -> Anchor | 
     rest = inline_injective(s, outputs, keep=lambda st: st is red or keep(st))
     if any(isinstance(st.op, ExternOp) for st in rest) or len(out.op.axis) != len(red.op.axis):
         return None
+    pixels = dict(red.op.attrs or {}).get("pixels")
     for load in loads_of(s, out, red.op):
-        if not all(_same_index(canon(i), iv) for i, iv in zip(load.indices, out.op.axis)):
+        if not all(_same_index(canon(i), iv) for i, iv in zip(load.indices, out.op.axis)) and \
+                not (pixels and _pixel_index(load.indices, out.op.axis, pixels)):
             return None
     return Anchor(s, red, out, [st for st in rest if st is not red and st is not out])
+
+
+def _pixel_index(indices: Sequence[tir.PrimExpr], axes: Sequence[IterVar], width: int) -> bool:
+    """Whether a 5-D load reads (n, m, 0, y * width + x, c) at the loops (n, m, y, x, c): a reduction over all
+    pixels as one axis (a pointwise conv's)."""
+    if len(indices) != 5 or len(axes) != 5:
+        return False
+    units = {iv.var: tir.const(0, iv.var.dtype) for iv in axes[2:4] if static(iv.dom.extent) == 1}
+    flat = canon(substitute(indices[3] - (axes[2].var * width + axes[3].var), units))
+    return (all(_same_index(canon(indices[d]), axes[d]) for d in (0, 1, 4)) and static(canon(indices[2])) == 0
+            and static(flat) == 0)
 
 
 def _same_index(i: tir.PrimExpr, iv: IterVar) -> bool:

@@ -9,8 +9,9 @@ block) runs outside the tile, so every step is one broadcast input value times a
 (FMA). The padded input is materialized once (no bounds test per tap); the fused epilogue (bias,
 folded batch norm, residual, relu/clip) runs once per element at the store. Parallel over (rows,
 output channel blocks), or (channel blocks, rows) for a conv that writes more than it reads, with a
-grouped conv's groups outermost; the batch stays serial outside when it is symbolic. Depthwise convs
-unroll every tap of a small window.
+grouped conv's groups outermost; the batch stays serial outside when it is symbolic. A pointwise conv
+whose accumulator runs over all pixels (kiln.topi.layout._pointwise) tiles them as one row, in parallel
+over channel tiles. Depthwise convs unroll every tap of a small window.
 """
 
 from __future__ import annotations
@@ -211,6 +212,9 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     budgets = budget()
     acc = budgets.stem if few_channels else budgets.wide if expands else budgets.grouped if per_group else None
     acc = knob("conv.accumulators", budgets.choices, acc)
+    flat = "pixels" in dict(red.op.attrs)  # a pointwise conv whose accumulator runs over all pixels at once
+    if flat:
+        x = out.fuse(y, x)
     oc_default, ow_default = default_tiles(static(x.dom.extent), per_group or static(m.dom.extent), acc)
     ow_tile = knob("conv.ow_tile", OW_TILES, ow_default)
     oc_tile = knob("conv.oc_tile", OC_TILES, oc_default)
@@ -234,10 +238,15 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     # Winograd products: 1.1-1.3x on 2 threads, measured under load; equal on 1).
     # A conv whose weights outgrow the cache (resnet's 7x7 stage: 9.4 MB of weights, 166 KB of input)
     # would stream every weight once per row: weights outside rows then, see _weights_outer.
-    rows_outer = knob("conv.rows_outer", (False, True), not expands and not per_group
-                      and not _weights_outer(a, static(n.dom.extent), static(y.dom.extent),
-                                             static(m.dom.extent), oc_tile))
-    outer = [n, *groups, y, mo] if rows_outer else [n, *groups, mo, y]
+    # Flat pixels (kiln.topi.layout._pointwise): channel tiles outside them, each tile's weights stay in cache
+    # while it passes over the whole input, which the flat default keeps to inputs that stay in L2
+    if flat:
+        outer = [n, mo]
+    elif knob("conv.rows_outer", (False, True), not expands and not per_group
+              and not _weights_outer(a, static(n.dom.extent), static(y.dom.extent), static(m.dom.extent), oc_tile)):
+        outer = [n, *groups, y, mo]
+    else:
+        outer = [n, *groups, mo, y]
     out.reorder(*outer, xo, mi, xi, mc)
     parallel_outer(out, outer, data_size(red, reduce_too=True))
     out.unroll(mi)

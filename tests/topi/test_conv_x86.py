@@ -5,6 +5,8 @@ fused epilogues, blocked pooling and every tile-size knob."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -171,6 +173,51 @@ def test_tile_knobs_are_asked_and_every_choice_is_correct():
                 {"conv.ow_tile": 1, "conv.oc_tile": 4}):
         with applying(cfg):
             _check([x], y, feeds)
+
+
+POINTWISE = [  # (x shape, w shape): 1x1 convs of stride 1 without padding
+    ((1, 16, 7, 7), (64, 16, 1, 1)),  # 49 pixels: 8 tiles of 6 and one of 1
+    ((2, 16, 9, 17), (24, 16, 1, 1)),  # batch 2, 3 blocks, odd widths
+    ((1, 8, 1, 1), (16, 8, 1, 1)),  # one pixel
+    ((1, 24, 5, 11), (40, 24, 1, 1)),  # 5 blocks, a prime row
+]
+
+
+@pytest.mark.parametrize("xs, ws", POINTWISE)
+@pytest.mark.parametrize("flat", [True, False])
+def test_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs, ws, flat):
+    """Knob conv.flat: the accumulator runs over all pixels as one axis (kiln.topi.layout._pointwise),
+    or over rows; both equal the interpreter and keep the blocked schedule."""
+    x = Var("x", TensorType(xs, F32))
+    with applying({"conv.flat": flat}):
+        _check([x], get_op("nn.relu")(_conv(x, ws)), {"x": rng.standard_normal(xs).astype(np.float32)})
+    assert "schedule_conv_nchwc" in claimed
+
+
+def test_flat_pixels_accumulate_one_tile_at_a_time():
+    """The pixel tile's accumulators are a tile (bound inference reads y * w + x of the fused loop back as
+    the loop), not every pixel of the map: 64 channels x 49 pixels would be 3136 floats."""
+    x = Var("x", TensorType((1, 16, 7, 7), F32))
+    mod = IRModule({"main": Function((x,), get_op("nn.relu")(_conv(x, (64, 16, 1, 1))))})
+    with applying({"conv.flat": True}):
+        kernels, _, host = lower_groups(fuse(mod, 2))
+    assert not host
+    source = generate([k.func for k in kernels]).code
+    sizes = [int(n) for n in re.findall(r"float conv_acc\[(\d+)\]", source)]
+    assert sizes and max(sizes) <= 4 * 7 * 16
+
+
+@pytest.mark.parametrize("input_bytes, blocks, want", [
+    (200 << 10, 32, True),  # resnet50's 256 -> 1024 at 14x14: the input stays in L2
+    (800 << 10, 32, False),  # 1024 -> 256 at 14x14: re-read from L3 once per channel tile
+    (100 << 10, 4, False),  # 32 channels: two tiles for two cores
+    (None, 64, False),  # symbolic
+])
+def test_flat_pixels_by_default(monkeypatch, input_bytes, blocks, want):
+    import kiln.topi.layout as topi_layout
+    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
+    assert topi_layout.flat_by_default(input_bytes, blocks) is want
 
 
 @pytest.mark.parametrize("cfg", [{"pool.ow_tile": 4, "pool.inline_pad": False}, {"pool.ow_tile": 16}])
