@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=64, help="measurements in all, over every task (default 64; 0: "
                    "only check the records' picks in the model)")
     t.add_argument("--check-rounds", type=int, default=None, help="after tuning, time the model with and without "
-                   "the picks, taking this many turns, and reject picks not faster there (default 20; 0: no check)")
+                   "the picks, a run of each this many times, and reject picks not faster there (default 80; 0: no "
+                   "check)")
     t.add_argument("--threads", type=int, default=None, help="threads kernels run with while measured "
                    "(default: all cores)")
     t.add_argument("--timeout", type=float, default=10.0, help="seconds one candidate may take before it "

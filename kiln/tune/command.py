@@ -12,7 +12,7 @@ from kiln.tune.progress import ProgressPrinter, ms
 from kiln.tune.tasks import Task
 from kiln.tune.tuner import TuneOptions, TuneResult, tune
 
-CHECK_ROUNDS = 20  # turns of the in-model check after tuning (0: no check)
+CHECK_ROUNDS = 80  # rounds of the in-model check after tuning, a run of each build (0: no check)
 
 
 def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int = 64, threads: int | None = None,
@@ -60,7 +60,7 @@ def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Cal
     kept = [c for c in checks if c.kept]
     default, tuned = sum(c.default_seconds for c in checks), sum(c.tuned_seconds for c in checks)
     picked = sum(c.tuned_seconds if c.kept else c.default_seconds for c in checks)
-    say(f"in-model check ({rounds} turns, {threads} thread(s)): kept {len(kept)} of {len(checks)} picks; their groups "
+    say(f"in-model check ({rounds} rounds, {threads} thread(s)): kept {len(kept)} of {len(checks)} picks; their groups "
         f"in the model {ms(default)} untuned, {ms(tuned)} with every pick, {ms(picked)} with the kept ones")
     for c in checks:
         if not c.kept:

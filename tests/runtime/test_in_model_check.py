@@ -7,7 +7,8 @@ import kiln
 from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.ir.types import SizeVar
 from kiln.runtime.executor import fuse
-from kiln.runtime.in_model_check import check_picks, group_seconds, static_feeds
+from kiln.runtime.in_model_check import check_picks, group_seconds, paired_seconds, static_feeds
+from kiln.tune.records import IN_MODEL_MARGIN
 from kiln.tune.tasks import extract_tasks, host_target
 from tests.tune.conftest import requires_gcc
 from tests.tune.models import tiny_model
@@ -15,6 +16,26 @@ from tests.tune.models import tiny_model
 
 def test_a_group_sums_its_calls():
     assert group_seconds(["a", None, "b", "a"], np.array([1.0, 5.0, 2.0, 0.5])) == {"a": 1.5, "b": 2.0}
+
+
+def _kept(default, pick) -> bool:
+    d, p = paired_seconds(np.array(default), np.array(pick))
+    return p < d * (1 - IN_MODEL_MARGIN)
+
+
+def test_a_pick_is_kept_when_faster_in_most_rounds_side_by_side():
+    """Round by round: the machine's slow moments slow both builds' runs of a round alike."""
+    slow = np.where(np.arange(40) % 3 == 0, 2.0, 1.0)  # every third round runs at half speed
+    assert _kept(slow * 1.0, slow * 0.95)  # 5% faster in every round
+    assert not _kept(slow * 1.0, slow * 1.0)  # the same: never kept
+    # faster in half of the rounds and slower in the others, by far more than the margin: not kept
+    assert not _kept(slow, slow * np.where(np.arange(40) % 2 == 0, 0.8, 1.1))
+    # faster in 3 of 4 rounds: kept, though the slower quarter is 50% slower
+    assert _kept(slow, slow * np.where(np.arange(40) % 4 == 0, 1.5, 0.9))
+    # a pick whose runs fell on the slow moments and the default's on the fast ones (turns, not pairs)
+    # would look slower; paired, each round compares like with like
+    d, p = paired_seconds(slow, slow * 0.9)
+    assert d == pytest.approx(1.0) and p == pytest.approx(0.9)
 
 
 def test_static_feeds_are_valid_inputs_of_every_dtype():
