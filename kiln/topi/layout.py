@@ -158,10 +158,12 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
 
 # a pointwise conv's pixels run as one axis (knob "conv.flat") by default while its input stays in cache across
 # the output channel tiles (the loop order is then channel tiles outside pixels: each tile reads the whole input)
-# and there are enough channel tiles to share among the cores (the parallel loop is over them alone). Whole model,
-# against row tiles, builds taking turns run by run, median ratio (2 threads / 1): resnet50 0.965 / 0.994,
-# mobilenet_v2 0.975 / 0.947 with inputs up to half an L2; every pointwise conv flat: resnet50 1.028 (its big
-# inputs re-read from L3, and the next kernel finds the rows it reads on the other core)
+# and there are enough channel tiles to share among the cores (the parallel loop is over them alone). Whole model
+# against rows, builds in separate kernel caches, a run of each in turn, median of the paired ratios: this rule,
+# 2 threads: resnet50 0.982, mobilenet_v2 0.981 (batch 8: 0.968), efficientnet_b0 0.997 (1 thread: 0.952);
+# inputs up to half an L2 with no rule on blocks: resnet50 0.965 (1 thread: 0.994), mobilenet_v2 0.975 (0.947);
+# every pointwise conv flat: resnet50 1.028 (inputs past L2 re-read once per channel tile, and the Winograd
+# transforms after them 5-30% slower)
 FLAT_INPUT_L2_SHARE = 2  # the input fits in 1/FLAT_INPUT_L2_SHARE of a core's L2
 FLAT_BLOCKS_PER_CORE = 4  # output channel blocks per core, at least (two tiles of two blocks)
 
@@ -183,7 +185,8 @@ def _pointwise(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, shape: tuple[int
     pixels of all rows as one axis (N, C, 1, H*W, c; the "pixels" attribute holds W), so that a column tile
     never ends at a row's end: 14-wide rows in 6-column tiles leave a 2-column tile (4 accumulators, half
     the FMA rate), 7-wide rows a 7-column tile whose 15th register spills. Only the last tile of the map is
-    short. Alone, 1 thread: 1024 -> 256 at 14x14 75.5-77.4 GFLOP/s against 68.7-71.9 in rows."""
+    short. Alone (1 thread), 1024 -> 256 at 14x14 runs at 75.5-77.4 GFLOP/s flat against 68.7-71.9 in rows;
+    in a model flat pays only where the input stays in L2 (flat_by_default), which that one's 800 KB do not."""
     oco, oh, ow, ocb = shape
     ico, icb = w.shape[1], w.shape[4]
 
