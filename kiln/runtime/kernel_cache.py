@@ -8,6 +8,12 @@ holding the function's C with placeholder symbols (kiln.codegen.c_source.Rendere
 parameters (kiln.runtime.kernel_signature). A hit is a Kernel whose PrimFunc has the parameters and
 the rendering but no loops. Groups whose kernels call the runtime library or read sizes that are
 not parameters are never stored: the executor needs their loops. Files appear atomically.
+
+NOTE: the digest reads the source files once per process. A schedule or compute replaced at run time
+(a script that patches a module to compare two variants) does not change the key, so a second build in
+the same process gets the first build's kernels and the comparison compares one kernel with itself.
+Such an experiment gives each variant its own KILN_CACHE_DIR (a knob context, as
+scripts/compare_knobs.py uses, bypasses the cache).
 """
 
 from __future__ import annotations
