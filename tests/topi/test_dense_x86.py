@@ -83,6 +83,22 @@ def test_gemv_with_several_panels_per_tile():
     _check([a], y, {"a": rng.standard_normal((1, 300)).astype(np.float32)}, {"dense.panels": 2})
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+def test_few_rows_tile_two_panels(rows):
+    """A product of up to 3 rows (a batch-1 MLP) tiles two panels of B by default, not one: one panel
+    leaves a row 2 FMA chains (latency-bound); 4 rows keep one panel (2 x 4 x 2 vectors would not fit)."""
+    from kiln.topi.schedule_dense import default_panels
+
+    a = Var("a", TensorType((rows, 300), F32))
+    space = KnobSpace()
+    mod = IRModule({"main": Function((a,), get_op("nn.relu")(get_op("linalg.gemm")(a, _w(130, 300), _w(130), transB=1)))})
+    with applying({}, space):
+        lower_groups(fuse(mod))
+    assert space.knobs["dense.panels"][1] == default_panels(rows)
+    assert default_panels(rows) == (2 if rows <= 3 else default_panels())
+    _check([a], mod.main.body, {"a": rng.standard_normal((rows, 300)).astype(np.float32)})
+
+
 def test_gemm_alpha_beta_and_full_c():
     a = Var("a", TensorType((11, 23), F32))
     y = get_op("linalg.gemm")(a, _w(23, 19), _w(11, 19), alpha=0.5, beta=-2.0)
