@@ -76,7 +76,7 @@ def _loop_pragma(p: FunctionPrinter, s: S.For) -> str | None:
         return "#pragma omp parallel for" + (" simd" if simd else "")
     if simd:
         return "#pragma omp simd"
-    if s.kind is S.ForKind.UNROLLED:
+    if s.kind is S.ForKind.UNROLLED or dict(s.annotations).get("unroll_hint", False):
         n = s.extent.value if isinstance(s.extent, E.IntImm) else UNROLL_UNKNOWN_EXTENT
         return f"#pragma GCC unroll {max(1, min(n, 65534))}"
     return None

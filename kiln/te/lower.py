@@ -144,7 +144,8 @@ class _Lowering:
 
     # ---- statements -------------------------------------------------------------------------
     def _loop(self, st: Stage, iv: IterVar, body: Stmt) -> Stmt:
-        return For(iv.var, IntImm(0, iv.var.dtype), self.ext[st][iv], st.kinds.get(iv, ForKind.SERIAL), body)
+        hint = (("unroll_hint", True),) if iv in st.unroll_hints else ()
+        return For(iv.var, IntImm(0, iv.var.dtype), self.ext[st][iv], st.kinds.get(iv, ForKind.SERIAL), body, hint)
 
     def _with_attached(self, iv: IterVar, body: Stmt) -> Stmt:
         inner = self.attached.get(iv, [])

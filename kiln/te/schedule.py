@@ -55,6 +55,7 @@ class Stage:
         self.op = op  # cache_read/cache_write replace it; the schedule maps old ops here too
         self.relations: list[Split | Fuse] = []
         self.kinds: dict[IterVar, ForKind] = {}
+        self.unroll_hints: set[IterVar] = set()  # serial loops the C compiler is asked to unroll (unroll_hint)
         self.attach_type = "root"  # "root" | "inline" | "scope"
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
@@ -138,6 +139,14 @@ class Stage:
 
     def parallel(self, iv: IterVar) -> None:
         self._set_kind(iv, ForKind.PARALLEL)
+
+    def unroll_hint(self, iv: IterVar) -> None:
+        """Leave the loop serial in the IR, and ask the C compiler to unroll it (`#pragma GCC unroll`):
+        the generated C stays one body long, while gcc's unrolled code has constant offsets and no loop
+        step per iteration. `unroll` copies the body in the IR instead, which a loop whose index
+        decides something the simplifier must see (a register tile's accumulator) needs."""
+        self._leaf_pos(iv)
+        self.unroll_hints.add(iv)
 
     def compute_inline(self) -> None:
         """Substitute this stage's body into its consumers (injective computes only)."""
@@ -249,6 +258,7 @@ class Schedule:
         copies = tuple(cache_op.output(k)(*(iv.var for iv in axis)) for k in range(op.num_outputs))
         st.op = ComputeOp(op.name, axis, copies, op.tag, op.attrs)
         st.kinds = {}
+        st.unroll_hints = set()
         st._reset_leaves()
         self.stage_map[st.op] = st
         self._add(Stage(cache_op), self.stages.index(st)).scope = scope

@@ -18,7 +18,8 @@ def assembly(code: str, tmp_path) -> str:
     return out.read_text()
 
 
-def task_source(model, op: str) -> str:
-    """The C of the first fused group of an ONNX `model` whose name contains `op`, as the build lowers it."""
+def task_source(model, op: str, config: dict | None = None) -> str:
+    """The C of the first fused group of an ONNX `model` whose name contains `op`, as the build lowers it
+    (with the schedule knobs of `config`)."""
     task = next(t for t in extract_tasks(fuse(kiln.from_onnx(model), 3)) if op in t.name)
-    return generate([lower_with(task.fn, "k", None).func]).code
+    return generate([lower_with(task.fn, "k", config).func]).code

@@ -147,6 +147,23 @@ def test_schedule_sets_for_kinds_and_cache_is_local():
     assert alloc.buffer.scope == "local" and [d.value for d in alloc.buffer.shape] == [4, 4]
 
 
+def test_unroll_hint_keeps_the_loop_and_asks_gcc_to_unroll_it():
+    """unroll_hint leaves one serial loop in the IR (unroll copies the body) and the C asks gcc to unroll it."""
+    from kiln.codegen.c_source import generate
+    from kiln.tir.transform import lower_passes
+
+    A, B, C = matmul(6, 8, 12)
+    s = te.create_schedule(C)
+    (k,) = s[C].op.reduce_axis
+    s[C].unroll_hint(k)
+    f = lower_passes(te.create_prim_func(s, "mm"))
+    (loop,) = [lp for name, lp in loops(f).items() if name == "k"]
+    assert loop.kind is tir.ForKind.SERIAL and ("unroll_hint", True) in loop.annotations
+    assert "#pragma GCC unroll 12\n" in generate([f]).code
+    a, b = rand(6, 12), rand(12, 8)
+    np.testing.assert_allclose(run(f, a, b, out_shapes=[(6, 8)]), a @ b, rtol=1e-4, atol=1e-5)
+
+
 def test_inline_chain():
     A = te.placeholder((6, 5), name="A")
     B = te.compute((6, 5), lambda i, j: A(i, j) * 2.0, name="B")

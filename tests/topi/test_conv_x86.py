@@ -207,6 +207,27 @@ def test_flat_pixels_accumulate_one_tile_at_a_time():
     assert sizes and max(sizes) <= 4 * 7 * 16
 
 
+@pytest.mark.parametrize("ws, hinted", [
+    ((16, 32, 1, 1), True),  # a pointwise conv that reduces: gcc unrolls its channel loop
+    ((64, 16, 1, 1), False),  # an expansion
+    ((16, 32, 3, 3), False),  # a 3x3 conv
+])
+def test_channel_loop_unrolled_by_gcc_in_reducing_pointwise_convs(ws, hinted):
+    """The loop over the channels inside an input block keeps one body in the C, with `#pragma GCC unroll`
+    for the block where the conv is pointwise and reduces (schedule_conv_nchwc._unroll_channels)."""
+    xs = (1, ws[1], 9, 9)
+    x = Var("x", TensorType(xs, F32))
+    y = get_op("nn.relu")(_conv(x, ws, pads=(1, 1, 1, 1) if ws[2] == 3 else (0, 0, 0, 0)))
+    mod = IRModule({"main": Function((x,), y)})
+    kernels, _, host = lower_groups(fuse(mod, 2))
+    source = generate([k.func for k in kernels]).code
+    block = re.findall(r"for \(int64_t ci = 0LL; ci < (\d+)LL", source)
+    assert block, "no channel loop in the conv kernel"
+    hint = re.search(rf"#pragma GCC unroll {block[0]}\n\s*for \(int64_t ci = 0LL", source) is not None
+    assert hint is hinted
+    _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)})
+
+
 @pytest.mark.parametrize("input_bytes, blocks, want", [
     (200 << 10, 32, True),  # resnet50's 256 -> 1024 at 14x14: the input stays in L2
     (800 << 10, 32, False),  # 1024 -> 256 at 14x14: re-read from L3 once per channel tile
