@@ -89,6 +89,7 @@ PANEL_MAJOR_A_BYTES = 256 * 1024  # panels outermost only while A fits in a quar
 # instead of streaming them. Two panels: the MLP 0.72x (1 thread), 0.84x (2 threads); at 2 and 3 rows 0.82x
 # (2 threads, AMD EPYC, whole model against one panel). Not at 4 rows: a 4 x 2-panel tile is 16 accumulators
 FEW_ROWS = 3
+FEW_ROWS_PANELS = 2
 
 
 def _column_blocks(out: Stage, red: Stage, jo: IterVar, io: IterVar, width: int) -> list[IterVar]:
@@ -112,11 +113,11 @@ def default_mr() -> int:
 
 
 def default_panels(rows: int | None = None) -> int:
-    """Packed panels per register tile by default: WIDE_PANELS with AVX-512; with AVX2 one, or two for a
-    product of at most FEW_ROWS `rows` (see there)."""
-    if host_vector_bytes() >= 64 or (rows is not None and rows <= FEW_ROWS):
+    """Packed panels per register tile by default: WIDE_PANELS with AVX-512; with AVX2 one, or
+    FEW_ROWS_PANELS for a product of at most FEW_ROWS `rows` (see there)."""
+    if host_vector_bytes() >= 64:
         return WIDE_PANELS
-    return 1
+    return FEW_ROWS_PANELS if rows is not None and rows <= FEW_ROWS else 1
 
 
 def tile_rows(panels: int) -> int:
