@@ -52,13 +52,13 @@ def row_sum_local(kind=V) -> PrimFunc:
     return PrimFunc("row_sum", (A, out), loop(i, 6, body, P))
 
 
-def split_guard(n: int = 100, factor: int = 8, kind=V) -> PrimFunc:
+def split_guard(n: int = 100, factor: int = 8, kind=V, outer=P) -> PrimFunc:
     """B[x] = A[x] * 2 over x < n, split by `factor` with a tail guard."""
     A, B = buf("A", n), buf("B", n)
     io, ii = Var("io"), Var("ii")
     x = io * factor + ii
     body = IfThenElse(x < n, BufferStore(B, A[x] * 2.0, (x,)))
-    return PrimFunc("scale", (A, B), loop(io, -(-n // factor), loop(ii, factor, body, kind), P))
+    return PrimFunc("scale", (A, B), loop(io, -(-n // factor), loop(ii, factor, body, kind), outer))
 
 
 def split_guard_symbolic(factor: int = 4) -> PrimFunc:
@@ -102,6 +102,7 @@ def trivial_loops() -> PrimFunc:
 
 NESTS = {"vector_ops": vector_ops, "trivial_loops": trivial_loops, "copy2d": copy2d, "transpose": transpose, "matmul": matmul, "row_sum_local": row_sum_local,
          "split_guard": split_guard, "split_guard_7": lambda: split_guard(7, 4),
+         "split_guard_serial": lambda: split_guard(100, 8, V, S),
          "split_guard_symbolic": split_guard_symbolic, "strided_copy": strided_copy}
 
 

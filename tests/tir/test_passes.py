@@ -62,10 +62,22 @@ def test_storage_flatten_makes_buffers_1d():
 
 
 def test_loop_partition_splits_off_tail():
-    g = simplify(loop_partition(nests.split_guard(100, 8, ForKind.SERIAL)))
+    g = simplify(loop_partition(nests.split_guard(100, 8, ForKind.SERIAL, outer=ForKind.SERIAL)))
     main = g.body.stmts[0]
     assert isinstance(main, For) and main.extent.value == 12
     assert not nodes(g, IfThenElse)  # the tail's guard is decided once its loops are split too
+
+
+def test_loop_partition_keeps_a_parallel_tail_in_the_team():
+    """A parallel loop keeps its tail as its last iteration, behind a branch on the loop variable, so
+    that the team shares it instead of one thread running it after the loop."""
+    f = nests.split_guard(100, 8, ForKind.SERIAL)
+    g = simplify(loop_partition(f))
+    assert isinstance(g.body, For) and g.body.kind == ForKind.PARALLEL and g.body.extent.value == 13
+    branch = g.body.body
+    assert isinstance(branch, IfThenElse) and str(branch.cond) == "io < 12"
+    assert nodes(g, IfThenElse) == [branch]  # the main part's guard is gone, the tail's inner loop stops at 4
+    same_meaning(f, g)
 
 
 def test_loop_partition_symbolic_length():
