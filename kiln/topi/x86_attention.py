@@ -32,8 +32,11 @@ from kiln.transform.pack_dense import host_vector_bytes
 
 Load = Callable[..., PrimExpr]
 QUERY_BLOCK = 16  # queries per block: their exp buffer (block x keys) should stay in L1/L2
-ROWS = 4  # queries per register tile of P V and of the scores: 2 x ROWS vector accumulators (AVX2: 16 registers)
+ROWS = 4  # queries per register tile of P V and of the scores, at most (AVX2: 16 registers)
 ROWS_WIDE = 8  # with AVX-512's 32 registers
+# vector accumulators of a tile, at most: a tile's rows are cut to fit (see tile_rows)
+ACCUMULATORS = 12
+ACCUMULATORS_WIDE = 24
 OUT = "attn_fast_y"
 QK_OUT = "qk_out"
 MERGED = "attn_fast_merged"  # a 3-D Y: (B, S, H * dv)
@@ -152,13 +155,25 @@ def blocked_attention(q: te.Tensor, lq: Load, lk: Load, lv: Load, shape: tuple, 
     return y, qk
 
 
+def tile_rows(rows: int, width: int, dtype: str, queries) -> int:
+    """Rows of a register tile `width` elements of `dtype` wide: at most `rows`, as many as keep the tile
+    within the host's accumulator budget, a divisor of the `queries` loop where one is near. BERT's tiles
+    (32 keys or a 32-wide head, 4 AVX2 vectors a row) were 4 rows: 16 accumulators in 16 registers, one
+    spilled to the stack and reloaded every step."""
+    wide = host_vector_bytes() >= 64
+    lanes = host_vector_bytes() // (8 if "64" in dtype else 4)
+    fit = (ACCUMULATORS_WIDE if wide else ACCUMULATORS) // max(1, -(-width // lanes))
+    return block(queries, max(1, min(rows, fit)))
+
+
 def _score_tiles(s: Schedule, scores, rows: int, outer: list) -> None:
-    """Q K^T in register tiles: `rows` queries x a vectorized run of keys, the head dim outside.
-    `outer` are the scores' loops outside the (query tile, key run) tiles."""
+    """Q K^T in register tiles: `rows` queries (at most; see tile_rows) x a vectorized run of keys, the head
+    dim outside. `outer` are the scores' loops outside the (query tile, key run) tiles."""
     acc = s[s.cache_write(scores.op.output(0), "local")]
     *lead, i, j = scores.op.axis
-    io, ii = scores.split(i, block(i.dom.extent, rows))
-    jo, ji = scores.split(j, block(j.dom.extent, knob("attention.score_run", (16, 32, 64), 32)))
+    run = block(j.dom.extent, knob("attention.score_run", (16, 32, 64), 32))
+    io, ii = scores.split(i, tile_rows(rows, run, scores.op.output(0).dtype, i.dom.extent))
+    jo, ji = scores.split(j, run)
     scores.reorder(*lead, io, jo, ii, ji)
     at = outer(scores, [*lead, io, jo])
     scores.unroll(ii)  # the tile stored row by row at constant offsets
@@ -199,7 +214,7 @@ def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
     local = all(t.op is not scores.op and t.op.name != QK_OUT for t in outputs)  # no output reads the scores
     b, h, i, e = out.op.axis
     io, ii = out.split(i, block(i.dom.extent, knob("attention.query_block", (4, 8, 16, 32, 64), QUERY_BLOCK)))
-    ro, ri = out.split(ii, rows)
+    ro, ri = out.split(ii, tile_rows(rows, static(e.dom.extent) or 1 << 20, ctx.op.output(0).dtype, ii.dom.extent))
     out.reorder(b, h, io, ro, ri, e)
     # NOTE: K^T stays at the root: as a task's stack array gcc keeps the scores' register tile in memory
     _loop_nest(kt)

@@ -160,3 +160,38 @@ def test_wide_logit_range(outputs):
     arrays = _qkv(1, 2, 2, 9, 37, 16, 16)
     arrays[0] *= 6.0
     _check(arrays, scale=1.0, outputs=outputs)
+
+
+@pytest.mark.parametrize("vector_bytes, rows, width, dtype, queries, expect", [
+    (32, 4, 32, "float32", 16, 2),  # AVX2, BERT's 32-wide tiles: 3 rows fit 12 accumulators, 2 divide 16
+    (32, 4, 16, "float32", 16, 4),  # two vectors a row: the 4 rows fit
+    (32, 4, 32, "float64", 16, 1),  # eight float64 vectors a row: one row
+    (64, 8, 32, "float32", 16, 8),  # AVX-512: 16 accumulators of 24
+    (64, 8, 64, "float32", 16, 4),  # a 64-wide head: 6 rows fit, 4 divide 16
+    (32, 2, 8, "float32", 7, 2),  # a prime query count: the limit itself, the last tile guarded
+])
+def test_tile_rows_fit_the_accumulator_budget(monkeypatch, vector_bytes, rows, width, dtype, queries, expect):
+    from kiln.tir import IntImm
+    from kiln.topi import x86_attention
+
+    monkeypatch.setattr(x86_attention, "host_vector_bytes", lambda: vector_bytes)
+    assert x86_attention.tile_rows(rows, width, dtype, IntImm(queries)) == expect
+
+
+def test_bert_heads_tiles_stay_in_registers():
+    """The scores' and P V's register tiles of 32-wide heads hold at most the host's accumulator budget (on
+    AVX2 4 rows x 4 vectors spilled one accumulator to the stack every step)."""
+    import re
+
+    from kiln.topi import x86_attention
+    from kiln.transform.pack_dense import host_vector_bytes
+
+    arrays = _qkv(1, 4, 4, 32, 32, 32, 32)
+    mod = op_module(OP, arrays)
+    kernels, _, _ = lower_groups(fuse(mod))
+    code = generate([k.func for k in kernels]).code
+    wide = host_vector_bytes() >= 64
+    budget = (x86_attention.ACCUMULATORS_WIDE if wide else x86_attention.ACCUMULATORS) * host_vector_bytes() // 4
+    sizes = [int(n) for n in re.findall(r"float (?:attn_fast_scores_local|attn_fast_ctx)\[(\d+)\]", code)]
+    assert len(sizes) == 2 and all(n <= budget for n in sizes), sizes
+    run_compiled(mod, [arrays], OP)
