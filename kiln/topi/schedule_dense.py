@@ -90,6 +90,11 @@ PANEL_MAJOR_A_BYTES = 256 * 1024  # panels outermost only while A fits in a quar
 # (2 threads, AMD EPYC, whole model against one panel). Not at 4 rows: a 4 x 2-panel tile is 16 accumulators
 FEW_ROWS = 3
 FEW_ROWS_PANELS = 2
+# one row tiles four panels (8 accumulators): its k loop then has twice the FMA chains it needs to stream the
+# weights, and each thread's tiles read four streams of B at once. Against two panels (kernels paired, AMD EPYC):
+# the MLP's 784 -> 1024 and 1024 -> 1024 0.96-0.98x (1 and 2 threads), the classifiers 512 / 1280 / 2048 ->
+# 1000 0.99x / 0.98x / 0.96x. Two rows would need 16 accumulators
+ONE_ROW_PANELS = 4
 
 
 def _column_blocks(out: Stage, red: Stage, jo: IterVar, io: IterVar, width: int) -> list[IterVar]:
@@ -113,10 +118,12 @@ def default_mr() -> int:
 
 
 def default_panels(rows: int | None = None) -> int:
-    """Packed panels per register tile by default: WIDE_PANELS with AVX-512; with AVX2 one, or
-    FEW_ROWS_PANELS for a product of at most FEW_ROWS `rows` (see there)."""
+    """Packed panels per register tile by default: WIDE_PANELS with AVX-512; with AVX2 one, FEW_ROWS_PANELS
+    for a product of at most FEW_ROWS `rows`, ONE_ROW_PANELS for a single row (see there)."""
     if host_vector_bytes() >= 64:
         return WIDE_PANELS
+    if rows == 1:
+        return ONE_ROW_PANELS
     return FEW_ROWS_PANELS if rows is not None and rows <= FEW_ROWS else 1
 
 
