@@ -131,9 +131,10 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
         raise ComputeError(f"nn.conv2d_nchwc: group {attrs.group} does not split {oco} output and "
                            f"{_static(xs[1])} input channel blocks evenly")
     per_group = oco // group  # output channel blocks of one group; it reads input blocks g*ico ...
-    if group == 1 and (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and xp is x and \
-            knob("conv.flat", (False, True), flat_by_default(_bytes(x), oco)):
-        return _pointwise(x, w, b, (oco, out[0], out[1], ocb), acc)
+    size = _bytes(x)
+    if (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and xp is x and \
+            knob("conv.flat", (False, True), flat_by_default(size // group if size else None, oco)):
+        return _pointwise(x, w, b, (oco, out[0], out[1], ocb), acc, per_group if group > 1 else None)
 
     def f(n, m, y, z, mc):
         c = te.reduce_axis(ico, "c")
@@ -163,7 +164,10 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
 # 2 threads: resnet50 0.982, mobilenet_v2 0.981 (batch 8: 0.968), efficientnet_b0 0.997 (1 thread: 0.952);
 # inputs up to half an L2 with no rule on blocks: resnet50 0.965 (1 thread: 0.994), mobilenet_v2 0.975 (0.947);
 # every pointwise conv flat: resnet50 1.028 (inputs past L2 re-read once per channel tile, and the Winograd
-# transforms after them 5-30% slower)
+# transforms after them 5-30% slower). A grouped pointwise conv (Winograd's batched products: one 1x1 conv per
+# tile position over a 7- or 14-wide grid of tiles) weighs the input of one group; flat, its 2 x 6 tiles replace
+# rows of one 2 x 7 tile (a weight from memory) or 6 + 6 + 2 columns. Against rows (kernels paired, 2 threads,
+# AMD EPYC): resnet18's products 0.90-0.94x, kernel sum 0.965; resnet50's 0.88-0.93x, kernel sum 0.971
 FLAT_INPUT_L2_SHARE = 2  # the input fits in 1/FLAT_INPUT_L2_SHARE of a core's L2
 FLAT_BLOCKS_PER_CORE = 4  # output channel blocks per core, at least (two tiles of two blocks)
 
@@ -180,24 +184,28 @@ def _bytes(t: te.Tensor) -> int | None:
     return None if None in dims else math.prod(dims) * np.dtype(to_numpy(t.dtype)).itemsize
 
 
-def _pointwise(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, shape: tuple[int, ...], acc: str) -> te.Tensor:
+def _pointwise(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, shape: tuple[int, ...], acc: str,
+               per_group: int | None = None) -> te.Tensor:
     """A 1x1 conv of stride 1 without padding is a product over pixels: its accumulator runs over the
     pixels of all rows as one axis (N, C, 1, H*W, c; the "pixels" attribute holds W), so that a column tile
     never ends at a row's end: 14-wide rows in 6-column tiles leave a 2-column tile (4 accumulators, half
     the FMA rate), 7-wide rows a 7-column tile whose 15th register spills. Only the last tile of the map is
     short. Alone (1 thread), 1024 -> 256 at 14x14 runs at 75.5-77.4 GFLOP/s flat against 68.7-71.9 in rows;
-    in a model flat pays only where the input stays in L2 (flat_by_default), which that one's 800 KB do not."""
+    in a model flat pays only where the input stays in L2 (flat_by_default), which that one's 800 KB do not.
+    A grouped conv (`per_group` output blocks a group, whole input blocks) reads its group's input blocks."""
     oco, oh, ow, ocb = shape
     ico, icb = w.shape[1], w.shape[4]
 
     def f(n, m, one, p, mc):
         c, ci = te.reduce_axis(ico, "c"), te.reduce_axis(icb, "ci")
         ry, rx = te.reduce_axis(1, "ky"), te.reduce_axis(1, "kx")
-        v = _cast(acc, x(n, c.var, p // ow + ry.var, p % ow + rx.var, ci.var)) * \
+        cin = c.var if per_group is None else m // per_group * ico + c.var
+        v = _cast(acc, x(n, cin, p // ow + ry.var, p % ow + rx.var, ci.var)) * \
             _cast(acc, w(m, c.var, ry.var, rx.var, ci.var, mc))
         return te.sum(v, [c, ry, rx, ci])
 
-    y = te.compute((x.shape[0], oco, 1, oh * ow, ocb), f, name="conv_acc", attrs={"pixels": ow})
+    attrs = {"pixels": ow} if per_group is None else {"pixels": ow, "per_group": per_group}
+    y = te.compute((x.shape[0], oco, 1, oh * ow, ocb), f, name="conv_acc", attrs=attrs)
 
     def finish(n, m, oy, ox, mc):
         v = y(n, m, 0, oy * ow + ox, mc)

@@ -11,7 +11,7 @@ folded batch norm, residual, relu/clip) runs once per element at the store. Para
 output channel blocks), or (channel blocks, rows) for a conv that writes more than it reads, with a
 grouped conv's groups outermost; the batch stays serial outside when it is symbolic. A pointwise conv
 whose accumulator runs over all pixels (kiln.topi.layout._pointwise) tiles them as one row, in parallel
-over channel tiles. Depthwise convs unroll every tap of a small window.
+over channel tiles (a grouped one's groups outermost). Depthwise convs unroll every tap of a small window.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     # Flat pixels (kiln.topi.layout._pointwise): channel tiles outside them, each tile's weights stay in cache
     # while it passes over the whole input, which the flat default keeps to inputs that stay in L2
     if flat:
-        outer = [n, mo]
+        outer = [n, *groups, mo]
     elif knob("conv.rows_outer", (False, True), not expands and not per_group
               and not _weights_outer(a, static(n.dom.extent), static(y.dom.extent), static(m.dom.extent), oc_tile)):
         outer = [n, *groups, y, mo]

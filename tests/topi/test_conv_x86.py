@@ -194,6 +194,50 @@ def test_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs, ws, fl
     assert "schedule_conv_nchwc" in claimed
 
 
+GROUPED_POINTWISE = [  # (x shape, w shape, group): whole channel blocks per group, as Winograd's products
+    ((1, 32, 7, 7), (32, 16, 1, 1), 2),  # 49 pixels, two blocks in and out per group
+    ((2, 32, 5, 3), (64, 8, 1, 1), 4),  # batch 2, one block in, two out per group, a prime row
+    ((1, 48, 1, 1), (24, 16, 1, 1), 3),  # one pixel, one block out per group
+]
+
+
+@pytest.mark.parametrize("xs, ws, group", GROUPED_POINTWISE)
+@pytest.mark.parametrize("flat", [True, False])
+def test_grouped_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs, ws, group, flat):
+    """A grouped pointwise conv runs its pixels as one axis too, each group reading its own input blocks."""
+    x = Var("x", TensorType(xs, F32))
+    with applying({"conv.flat": flat}):
+        cm = _check([x], get_op("nn.relu")(_conv(x, ws, group=group)),
+                    {"x": rng.standard_normal(xs).astype(np.float32)})
+    assert "nn.conv2d_nchwc" in op_names(cm.mod) and "schedule_conv_nchwc" in claimed
+
+
+@pytest.mark.parametrize("blocks_in, groups, want", [
+    (512, 16, True),  # resnet's 14x14 Winograd product: 800 KB of input, 50 KB a group
+    (32, 1, True),  # an ungrouped conv keeps its rule: 50 KB
+    (128, 1, False),  # 200 KB ... past half of the patched 256 KB L2
+])
+def test_grouped_pointwise_is_flat_by_its_groups_input(monkeypatch, blocks_in, groups, want):
+    """The flat default weighs the input one group reads, not the whole tensor."""
+    import kiln.topi.layout as topi_layout
+    from kiln.op.layout import Conv2dNCHWcAttrs
+    from kiln.te import placeholder
+    from kiln.te.schedule import create_schedule
+    from kiln.topi.registry import compute_call
+    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 256 << 10)
+    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
+    x = placeholder((1, blocks_in, 7, 7, 8), F32, "x")
+    w = placeholder((blocks_in, blocks_in // groups, 1, 1, 8, 8), F32, "w")
+    attrs = Conv2dNCHWcAttrs("NCHW8c", "OIHW8i8o", group=groups)
+    out = TensorType((1, blocks_in, 7, 7, 8), F32)
+    y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], out, [None, None])
+    acc = next(st.op for st in create_schedule([y]).stages if st.op.name == "conv_acc")
+    attrs_of = dict(acc.attrs or {})
+    assert ("pixels" in attrs_of) is want
+    if want and groups > 1:
+        assert attrs_of["per_group"] == blocks_in // groups
+
+
 def test_flat_pixels_accumulate_one_tile_at_a_time():
     """The pixel tile's accumulators are a tile (bound inference reads y * w + x of the fused loop back as
     the loop), not every pixel of the map: 64 channels x 49 pixels would be 3136 floats."""
