@@ -80,7 +80,17 @@ def _layout_transform(attrs, inputs, out_type, consts):
         v = x(*src_idx)
         return v if cond is None else select(cond, v, tir.const(0, x.dtype))
 
-    return te.compute(tuple(out_dims), f, name="layout_transform")
+    # NCHW[x]c -> NCHW: the source's innermost axis is a block of an axis the destination keeps whole (the
+    # schedule reads it whole: kiln.topi.schedule_transform.unblock_nest); NCHW -> NCHW[x]c: the
+    # destination's innermost axis is a block of an axis the source keeps whole (written whole: block_nest)
+    nest: dict | None = None
+    inner, g = src.axes[-1]
+    if g and not dst.block(inner) and inner in dst.primals:
+        nest = {"unblock": (dst.index(inner), g)}
+    inner, g = dst.axes[-1]
+    if g and not src.block(inner) and inner in src.primals:
+        nest = {"block": g}
+    return te.compute(tuple(out_dims), f, name="layout_transform", attrs=nest)
 
 
 # ---------------------------------------------------------------------------------------------
