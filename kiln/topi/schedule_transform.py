@@ -48,11 +48,7 @@ def block_nest(st: Stage) -> bool:
     n, w = static(inner.dom.extent), static(col.dom.extent)
     if n is None or w is None or n > UNROLL_MAX or w % VECTOR:
         return False
-    xo, xi = st.split(col, VECTOR)
-    st.reorder(*outer, xo, xi, inner)
-    st.vectorize(xi)
-    st.unroll(inner)
-    parallel_outer(st, outer, data_size(st))
+    _block_in_column_vectors(st, outer, col, inner)
     return True
 
 
@@ -74,13 +70,18 @@ def unblock_nest(st: Stage, axis: int, block: int) -> bool:
     if n is None or w is None or n % block or w % VECTOR or block > UNROLL_MAX:
         return False
     co, ci = st.split(c, block)
-    xo, xi = st.split(col, VECTOR)
-    outer = [*axes[:axis], co, *axes[axis + 1:-1]]
-    st.reorder(*outer, xo, xi, ci)
-    st.vectorize(xi)
-    st.unroll(ci)
-    parallel_outer(st, outer, data_size(st))
+    _block_in_column_vectors(st, [*axes[:axis], co, *axes[axis + 1:-1]], col, ci)
     return True
+
+
+def _block_in_column_vectors(st: Stage, outer: list, col, block) -> None:
+    """The nest block_nest and unblock_nest share: `outer` fused and parallel, then the columns `col` in
+    vectors, the `block` axis unrolled inside each vector step."""
+    xo, xi = st.split(col, VECTOR)
+    st.reorder(*outer, xo, xi, block)
+    st.vectorize(xi)
+    st.unroll(block)
+    parallel_outer(st, outer, data_size(st))
 
 
 def row_nest(st: Stage) -> None:
