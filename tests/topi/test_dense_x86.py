@@ -250,6 +250,18 @@ def test_few_rows_with_a_long_k_keep_the_row_tiles_outermost():
     assert src.index("for (int64_t i1_outer") < src.index("for (int64_t i2_outer_inner")  # panels inside row tiles
 
 
+@pytest.mark.parametrize("rows", [128, 131])
+def test_few_rows_share_one_team_over_smaller_column_blocks(rows):
+    """FFN-down's 24 panels would be 5 L2-sized blocks, each a parallel team of its own over 22 row tiles:
+    with few rows they become 8 blocks of 3 panels under one parallel loop, and still compute the product."""
+    a = Var("a", TensorType((1, rows, 1536), F32))
+    mod = IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))})
+    src = _kernel_source(mod, {"dense.panels": 1})
+    assert src.count("#pragma omp parallel for") == 1
+    assert src.index("#pragma omp parallel for") < src.index("i2_outer_outer < 8LL") < src.index("for (int64_t i1_outer")
+    _check([a], mod.main.body, {"a": rng.standard_normal((1, rows, 1536)).astype(np.float32)}, {"dense.panels": 1})
+
+
 @pytest.mark.parametrize("rows", [1, 7, 128, 131, 257])
 def test_row_tiles_of_every_default_size_match_the_interpreter(rows):
     """The default row tile (6, or 8 with AVX-512) over exact and ragged row counts, panel- and row-major."""
