@@ -194,6 +194,28 @@ def test_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs, ws, fl
     assert "schedule_conv_nchwc" in claimed
 
 
+STRIDED_POINTWISE = [  # (x shape, w shape, strides, group): resnet's downsampling projections, odd sizes
+    ((1, 16, 15, 15), (16, 16, 1, 1), (2, 2), 1),  # an odd map: 8 x 8 out
+    ((2, 16, 9, 17), (24, 16, 1, 1), (2, 3), 1),  # batch 2, unequal strides, 3 blocks
+    ((1, 8, 13, 14), (16, 8, 1, 1), (3, 1), 1),  # a stride of rows only
+    ((1, 32, 10, 11), (32, 16, 1, 1), (2, 2), 2),  # grouped
+]
+
+
+@pytest.mark.parametrize("xs, ws, strides, group", STRIDED_POINTWISE)
+@pytest.mark.parametrize("flat", [True, False])
+def test_strided_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs, ws, strides, group, flat):
+    """A strided 1x1 conv runs flat over the pixels it reads (every sh-th row, every sw-th column)."""
+    x = Var("x", TensorType(xs, F32))
+    y = get_op("nn.relu")(_conv(x, ws, strides=strides, group=group))
+    with applying({"conv.flat": flat}):
+        cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)})
+        kernels, _, _ = lower_groups(fuse(IRModule({"main": Function((x,), y)}), 2))
+    assert "nn.conv2d_nchwc" in op_names(cm.mod) and "schedule_conv_nchwc" in claimed
+    pixels = re.search(r"(oy_ox|i2_i3)_fused_outer", generate([k.func for k in kernels]).code)  # rows and columns fused
+    assert (pixels is not None) is flat
+
+
 GROUPED_POINTWISE = [  # (x shape, w shape, group): whole channel blocks per group, as Winograd's products
     ((1, 32, 7, 7), (32, 16, 1, 1), 2),  # 49 pixels, two blocks in and out per group
     ((2, 32, 5, 3), (64, 8, 1, 1), 4),  # batch 2, one block in, two out per group, a prime row
@@ -236,6 +258,27 @@ def test_grouped_pointwise_is_flat_by_its_groups_input(monkeypatch, blocks_in, g
     assert ("pixels" in attrs_of) is want
     if want and groups > 1:
         assert attrs_of["per_group"] == blocks_in // groups
+
+
+@pytest.mark.parametrize("strides, want", [
+    ((2, 2), True),  # resnet50's 512 -> 1024 downsampling: 400 KB of the 1.6 MB input read
+    ((1, 1), False),  # all 1.6 MB: past half of L2
+])
+def test_strided_pointwise_is_flat_by_the_pixels_it_reads(monkeypatch, strides, want):
+    import kiln.topi.layout as topi_layout
+    from kiln.op.layout import Conv2dNCHWcAttrs
+    from kiln.te import placeholder
+    from kiln.te.schedule import create_schedule
+    from kiln.topi.registry import compute_call
+    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
+    x = placeholder((1, 64, 28, 28, 8), F32, "x")
+    w = placeholder((128, 64, 1, 1, 8, 8), F32, "w")
+    attrs = Conv2dNCHWcAttrs("NCHW8c", "OIHW8i8o", strides=strides)
+    side = 28 // strides[0]
+    y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], TensorType((1, 128, side, side, 8), F32), [None, None])
+    acc = next(st.op for st in create_schedule([y]).stages if st.op.name == "conv_acc")
+    assert ("pixels" in dict(acc.attrs or {})) is want
 
 
 def test_flat_pixels_accumulate_one_tile_at_a_time():
