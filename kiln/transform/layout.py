@@ -68,10 +68,14 @@ MIN_BLOCK = 8  # the narrowest block a wider default block falls back to (one AV
 DEFAULT_PAD = True  # PassContext.config["alter_op_layout.pad_channels"]: True, False (see choose_block)
 DEFAULT_WINOGRAD = "auto"  # PassContext.config["alter_op_layout.winograd"]: "auto", True (every eligible conv), False
 WINOGRAD_TILE = 4  # m of F(m x m, 3 x 3) when forced (True); PassContext.config["alter_op_layout.winograd_tile"]
-# "auto": (m, least output side), first that applies: the output divides into m x m tiles (a cropped last tile costs
-# a guarded, un-unrolled output transform) and is big enough; at 7x7 the GEMM has too few tiles to pay for weights
-# alpha^2/9 times larger (measured on resnet18's layers, 1 and 2 threads)
-WINOGRAD_AUTO = ((4, 28), (2, 14))
+# "auto": (m, least output side, whether the last tile may be cropped), the first that applies. F(4x4) where 4
+# divides the output (cropped, 16 of 64 channels at 30x30 ran 2.1x slower than F(2x2), though 0.81-0.95x at 26
+# and 27); F(2x2) from 7x7 up, a cropped last tile on odd sides. Against direct convs (two 3x3 convs and a
+# residual, kernels paired in one process, 2 / 1 threads): 7x7 with 64, 128, 256, 512 channels 0.93 / 0.82,
+# 0.75 / 0.73, 0.81 / 0.88-0.94, 0.83 / 0.81x; 13x13 (256) 0.64 / 0.57x, 15x15 (128) 0.62 / 0.64x, 27x27 (64)
+# 0.58 / 0.56x; resnet18 (its three 512-channel 7x7 convs) 0.95-0.96x, resnet50 (two) 0.98-1.00x. (F(2x2)'s
+# products once ran 7x7 as rows of a 2 x 7 tile; since they run flat, 7x7 pays for weights 16/9 larger)
+WINOGRAD_AUTO = ((4, 28, False), (2, 7, True))
 
 
 def default_block() -> int:
@@ -181,8 +185,8 @@ def winograd_tile(conv: Conv2d, call: Call, ic: int, oc: int, mode: str | bool, 
         return None
     if mode != "auto":
         return tile
-    return next((m for m, least in WINOGRAD_AUTO if ys[2] % m == 0 and ys[3] % m == 0 and min(ys[2], ys[3]) >= least),
-                None)
+    return next((m for m, least, crop in WINOGRAD_AUTO
+                 if min(ys[2], ys[3]) >= least and (crop or (ys[2] % m == 0 and ys[3] % m == 0))), None)
 
 
 def _winograd_conv(eng: Relayout, conv: Conv2d, call: Call, m: int, ic: int, oc: int) -> InLayout | None:

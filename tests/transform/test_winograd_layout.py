@@ -43,9 +43,11 @@ def _tile(mod: IRModule) -> int | None:
     (64, (56, 56), 4),  # resnet layer 1: F(4x4)
     (128, (28, 28), 4),
     (256, (14, 14), 2),  # 14 does not divide into 4-tiles: F(2x2)
-    (512, (7, 7), None),  # too few tiles to pay for the bigger weights
-    (16, (30, 30), 2),  # 30 is not a multiple of 4
-    (16, (13, 13), None),  # odd: a cropped tile in both rules
+    (512, (7, 7), 2),  # resnet's last stage: F(2x2), the last tile cropped
+    (16, (30, 30), 2),  # 30 is not a multiple of 4: F(2x2), not a cropped F(4x4)
+    (16, (13, 13), 2),  # odd: a cropped F(2x2) tile
+    (64, (27, 28), 2),  # one side below 28
+    (64, (6, 6), None),  # below 7x7: direct
 ])
 def test_auto_rule(c: int, hw: tuple[int, int], tile: int | None):
     out = run_pass(alter_op_layout, _conv_module(c, c, hw, pads=(1, 1, 1, 1)))
