@@ -4,6 +4,8 @@ interpreter on odd shapes (primes, 1x1 maps, channel blocks below 8, padding 0/1
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -142,7 +144,8 @@ def test_grouped_reference_is_the_nchw_grouped_conv():
     np.testing.assert_allclose(convert_array(got, "NCHW2c", "NCHW"), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("config", [{"winograd.separable_input": False}, {"winograd.separable_output": True}])
+@pytest.mark.parametrize("config", [{"winograd.separable_input": False}, {"winograd.separable_output": True},
+                                    {"winograd.positions_outer": True}, {"winograd.positions_outer": False}])
 def test_transform_knobs(config):
     """The one-stage and separable forms of each transform compute the same conv."""
     from kiln.topi.knobs import applying
@@ -177,3 +180,18 @@ def test_input_transform_makes_its_rows_per_tile_row(per_tile_row):
     body = _input_transform(cm)
     assert (body.count("#pragma omp parallel") == 1) is per_tile_row
     assert ("kiln_alloc" in body) is not per_tile_row
+
+
+@pytest.mark.parametrize("side, outer", [(7, True), (9, False)])
+def test_input_transform_writes_aliased_positions_one_at_a_time(side, outer):
+    """8 channel blocks of 4 x 4 tiles (a 7x7 map in F(2x2)) put the 16 positions 4 KB apart, in one L1 set:
+    the transform then writes each position's run of tiles in a loop of its own; 5 x 5 tiles (9x9) keep one
+    loop over the tile columns outside the positions."""
+    xs = (1, 64, side, side)
+    x = Var("x", TensorType(xs, F32))
+    y = get_op("nn.relu")(get_op("nn.conv")(x, _w(64, 64, 3, 3), _w(64), pads=(1, 1, 1, 1)))
+    cm = _check([x], y, {"x": rng.standard_normal(xs).astype(np.float32)},
+                {"alter_op_layout.winograd": True, "alter_op_layout.winograd_tile": 2})
+    tiles = (side + 1) // 2
+    loops = len(re.findall(rf"for \(int64_t u\w* = 0LL; u\w* < {tiles}LL", _input_transform(cm)))
+    assert loops == (1 + 16 if outer else 2)  # the row sums' loop, then the positions' (or one)
