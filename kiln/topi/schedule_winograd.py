@@ -13,7 +13,8 @@ less time at 2 threads this way (0.50 -> 0.43 ms and 1.91 -> 1.61 ms in all).
 
 The output transform writes m x m outputs of a tile through the fused epilogue (bias, residual,
 relu). NOTE: a cropped last tile (output not a multiple of m) is guarded, loop partitioning then gives
-the tile loops a variable extent and nothing unrolls: correct but slow, hence the "auto" rule.
+the tile loops a variable extent and nothing unrolls: correct but slower. F(2x2) pays even so on odd maps
+from 7x7 up; F(4x4) is kept to maps 4 divides (kiln.transform.layout.WINOGRAD_AUTO).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _positions_alias(out: Stage) -> bool:
     32 KB apart) ran their input transform 1.5-2.1x slower than with positions outside (each position's run
     of tiles written whole). Elsewhere tile columns stay outside: their alpha^2 statements share terms (F(4x4)'s
     1 and 2 thread runs 5-17% faster that way on resnet's 28x28 and 56x56 maps)."""
-    _, q, t, u, c = (iv.dom.extent for iv in out.op.axis)
+    _, _, t, u, c = (iv.dom.extent for iv in out.op.axis)
     dims = [static(d) for d in (t, u, c)]
     if None in dims:
         return False

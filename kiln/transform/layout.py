@@ -69,12 +69,12 @@ DEFAULT_PAD = True  # PassContext.config["alter_op_layout.pad_channels"]: True, 
 DEFAULT_WINOGRAD = "auto"  # PassContext.config["alter_op_layout.winograd"]: "auto", True (every eligible conv), False
 WINOGRAD_TILE = 4  # m of F(m x m, 3 x 3) when forced (True); PassContext.config["alter_op_layout.winograd_tile"]
 # "auto": (m, least output side, whether the last tile may be cropped), the first that applies. F(4x4) where 4
-# divides the output (cropped, 16 of 64 channels at 30x30 ran 2.1x slower than F(2x2), though 0.81-0.95x at 26
-# and 27); F(2x2) from 7x7 up, a cropped last tile on odd sides. Against direct convs (two 3x3 convs and a
+# divides the output (a cropped F(4x4) at 30x30, 64 channels, ran 2.1x slower than F(2x2), though 0.81-0.95x at
+# 26 and 27); F(2x2) from 7x7 up, a cropped last tile on odd sides. Against direct convs (two 3x3 convs and a
 # residual, kernels paired in one process, 2 / 1 threads): 7x7 with 64, 128, 256, 512 channels 0.93 / 0.82,
 # 0.75 / 0.73, 0.81 / 0.88-0.94, 0.83 / 0.81x; 13x13 (256) 0.64 / 0.57x, 15x15 (128) 0.62 / 0.64x, 27x27 (64)
-# 0.58 / 0.56x; resnet18 (its three 512-channel 7x7 convs) 0.95-0.96x, resnet50 (two) 0.98-1.00x. (F(2x2)'s
-# products once ran 7x7 as rows of a 2 x 7 tile; since they run flat, 7x7 pays for weights 16/9 larger)
+# 0.58 / 0.56x; resnet18 (its three 512-channel 7x7 convs) 0.93-0.95x / 0.91-0.92x, resnet50 (two) 0.96-1.00x.
+# (F(2x2)'s products once ran 7x7 as rows of a 2 x 7 tile; since they run flat, 7x7 pays for weights 16/9 larger)
 WINOGRAD_AUTO = ((4, 28, False), (2, 7, True))
 
 
