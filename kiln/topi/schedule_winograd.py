@@ -5,11 +5,11 @@ Both unroll one whole tile, so the Select on the tile position is decided per st
 block is the vector. The input transform walks one channel block of a row of tiles at a time, in one
 parallel loop. Inside each iteration it makes the zero-padded input rows that tile row reads (the
 bounds are tested there, once per element) and, separable, their row sums d B, both on the stack
-(knob winograd.rows_per_tile_row). Rows shared by two tile rows are summed twice. Where the positions
-would compete for one L1 set it writes one position of the tile row at a time (_positions_alias). Made at the root
+(knob winograd.rows_per_tile_row). Rows shared by two tile rows are summed twice. Made at the root
 instead, each stage had a heap buffer (2 MB for a 56x56x64 input) and its own parallel partition, so
 each core read rows the other had written: resnet50's and resnet18's input transforms took 13-18%
-less time at 2 threads this way (0.50 -> 0.43 ms and 1.91 -> 1.61 ms in all).
+less time at 2 threads this way (0.50 -> 0.43 ms and 1.91 -> 1.61 ms in all). Where the positions
+would compete for one L1 set it writes one position of the tile row at a time (_positions_alias).
 
 The output transform writes m x m outputs of a tile through the fused epilogue (bias, residual,
 relu). NOTE: a cropped last tile (output not a multiple of m) is guarded, loop partitioning then gives
