@@ -5,12 +5,14 @@ epilogues and the schedule's knobs."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
 import pytest
 
 import kiln
+import kiln.topi.schedule_dense as schedule_dense
 import kiln.topi.schedule_dispatch as dispatch
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
@@ -242,23 +244,34 @@ def test_few_rows_put_the_panels_outermost_in_one_team():
     assert src.index("#pragma omp parallel for") < src.index("for (int64_t i1_outer")
 
 
+def _loop_extent(src: str, var: str) -> int:
+    """The constant trip count of the loop over `var` in a kernel's C."""
+    return int(re.search(rf"for \(int64_t {var} = 0LL; {var} < (\d+)LL", src).group(1))
+
+
 def test_few_rows_with_a_long_k_keep_the_row_tiles_outermost():
-    """BERT's FFN-down (128 x 1536 A: 768 KB) would stream A from L3 once per panel: rows stay outside."""
+    """BERT's FFN-down (128 x 1536 A: 768 KB) would stream A from L3 once per panel: inside a column block
+    the row tiles stay outside the block's panels (AVX2: blocks of 3 panels; AVX-512's 12 wider panels:
+    blocks of one, no panel loop left)."""
     a = Var("a", TensorType((1, 128, 1536), F32))
     src = _kernel_source(IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))}),
                          {"dense.panels": 1})
-    assert src.index("for (int64_t i1_outer") < src.index("for (int64_t i2_outer_inner")  # panels inside row tiles
+    rows = src.index("for (int64_t i1_outer")
+    assert src.index("for (int64_t i2_outer_outer") < rows
+    assert "for (int64_t i2_outer_inner" not in src[:rows]  # panels inside row tiles
 
 
 @pytest.mark.parametrize("rows", [128, 131])
 def test_few_rows_share_one_team_over_smaller_column_blocks(rows):
-    """FFN-down's 24 panels would be 5 L2-sized blocks, each a parallel team of its own over 22 row tiles:
-    with few rows they become 8 blocks of 3 panels under one parallel loop, and still compute the product."""
+    """FFN-down's panels would be 5 L2-sized blocks on AVX2 (6 on AVX-512), each a parallel team of its own
+    over 22 row tiles: with few rows they become at least PARALLEL_MIN_BLOCKS blocks under one parallel
+    loop, and still compute the product."""
     a = Var("a", TensorType((1, rows, 1536), F32))
     mod = IRModule({"main": Function((a,), get_op("linalg.mat_mul")(a, _w(1536, 384)))})
     src = _kernel_source(mod, {"dense.panels": 1})
     assert src.count("#pragma omp parallel for") == 1
-    assert src.index("#pragma omp parallel for") < src.index("i2_outer_outer < 8LL") < src.index("for (int64_t i1_outer")
+    assert src.index("#pragma omp parallel for") < src.index("for (int64_t i2_outer_outer") < src.index("for (int64_t i1_outer")
+    assert _loop_extent(src, "i2_outer_outer") >= schedule_dense.PARALLEL_MIN_BLOCKS
     _check([a], mod.main.body, {"a": rng.standard_normal((1, rows, 1536)).astype(np.float32)}, {"dense.panels": 1})
 
 
