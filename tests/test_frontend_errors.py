@@ -38,11 +38,17 @@ def test_garbage_file(tmp_path):
         kiln.from_onnx(p)
 
 
-def test_checker_rejects():
+@pytest.mark.parametrize("given", ["proto", "bytes", "str", "path"])
+def test_checker_rejects(tmp_path, given):
+    """The checker runs however the model arrives (a file is checked from the file, not re-serialized)."""
     m = _add_relu()
     m.graph.node[1].input[0] = "undefined_tensor"
-    with pytest.raises(ModelLoadError, match="checker"):
-        kiln.from_onnx(m)
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(m.SerializeToString())
+    arg = {"proto": m, "bytes": m.SerializeToString(), "str": str(p), "path": p}[given]
+    with pytest.raises(ModelLoadError, match="checker") as e:
+        kiln.from_onnx(arg)
+    assert given in ("proto", "bytes") or "bad.onnx" in str(e.value)
 
 
 def test_unsupported_ops_listed_at_once():

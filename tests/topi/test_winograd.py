@@ -52,12 +52,18 @@ def test_matrices_compute_a_correlation(m: int):
         np.testing.assert_allclose(at @ ((g @ k) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
 
 
-def test_transform_weight_is_the_gemm_weight_of_each_position():
-    w = rng.standard_normal((5, 3, 3, 3))
-    u = transform_weight(w, 2)
-    _, g, _ = winograd_matrices(2)
-    assert u.shape == (16 * 5, 3, 1, 1) and u.dtype == w.dtype
-    np.testing.assert_allclose(u[7 * 5 + 4, 2, 0, 0], (g @ w[4, 2] @ g.T)[1, 3])
+@pytest.mark.parametrize("m, dtype", [(2, np.float64), (4, np.float64), (4, np.float32)])
+def test_transform_weight_is_the_gemm_weight_of_each_position(m, dtype):
+    """Group (i, j) of the GEMM weight holds (G g G^T)[i, j] of every (out, in) channel pair."""
+    w = rng.standard_normal((5, 3, 3, 3)).astype(dtype)
+    u = transform_weight(w, m)
+    _, g, _ = winograd_matrices(m)
+    alpha = m + 2
+    assert u.shape == (alpha * alpha * 5, 3, 1, 1) and u.dtype == w.dtype
+    want = np.einsum("ir,kcrs,js->ijkc", g, w.astype(np.float64), g).reshape(alpha * alpha * 5, 3, 1, 1)
+    np.testing.assert_allclose(u, want, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-6)
+    np.testing.assert_allclose(u[(alpha + 1) * 5 + 4, 2, 0, 0], (g @ w[4, 2].astype(np.float64) @ g.T)[1, 1],
+                               rtol=1e-6)
 
 
 CONVS = [  # (x shape, out channels, pads, tile)
