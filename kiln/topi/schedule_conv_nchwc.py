@@ -17,6 +17,7 @@ over channel tiles (a grouped one's groups outermost). Depthwise convs unroll ev
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -184,6 +185,15 @@ def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int |
     return blocks_order < rows_order
 
 
+def _uneven(outer: Sequence[IterVar]) -> bool:
+    """Whether the cores would share a flat conv's channel tiles unevenly (or the count is symbolic): its
+    pixel tiles then join the parallel loop. With 32 registers an expansion's tile is 4 blocks x 7 columns, so
+    mobilenet_v2's 144- and 192-channel expansions have 3 channel tiles: on 2 cores one ran two, the other
+    one (151 and 144 GFLOP/s against 175-230 for the other convs)."""
+    tiles = math.prod(static(iv.dom.extent) or 0 for iv in outer)
+    return tiles == 0 or tiles % (os.cpu_count() or 1) != 0
+
+
 def _unroll_channels(ky: IterVar, kx: IterVar, expands: bool, per_group: int | None) -> bool:
     """Whether gcc unrolls the loop over the channels inside an input block (`#pragma GCC unroll`, the C
     stays one step long): a pointwise conv that writes no more than it reads (not an expansion) then runs its
@@ -259,11 +269,12 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     else:
         outer = [n, *groups, mo, y]
     out.reorder(*outer, xo, mi, xi, mc)
-    parallel_outer(out, outer, data_size(red, reduce_too=True))
+    pixels_too = flat and knob("conv.parallel_pixels", (False, True), _uneven(outer))
+    at = parallel_outer(out, [*outer, xo] if pixels_too else outer, data_size(red, reduce_too=True))
     out.unroll(mi)
     out.unroll(xi)  # NOTE: a loop over the accumulators by a variable index keeps them out of registers
     out.vectorize(mc)
-    red.compute_at(out, xo)
+    red.compute_at(out, at if pixels_too else xo)
     # columns outside channel blocks: each input value is broadcast into one register and used at once by the
     # tile's oc_tile FMAs, beside oc_tile weight vectors: accumulators + oc_tile + 1 registers. Blocks outside
     # would broadcast every column first (accumulators + ow_tile + 1: 36 for the 4 x 7 tile, 4 accumulators

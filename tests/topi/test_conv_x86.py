@@ -5,6 +5,7 @@ fused epilogues, blocked pooling and every tile-size knob."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -294,6 +295,23 @@ def test_flat_pixels_accumulate_one_tile_at_a_time():
     source = generate([k.func for k in kernels]).code
     sizes = [int(n) for n in re.findall(r"float conv_acc\[(\d+)\]", source)]
     assert sizes and max(sizes) <= 4 * 7 * 16
+
+
+@pytest.mark.parametrize("cores", [1, 4])
+def test_flat_pixel_tiles_join_the_parallel_loop_when_cores_share_channel_tiles_unevenly(monkeypatch, cores):
+    """48 channels in one-block tiles are 3 or 6 tiles (blocks of 16 or 8): even for 1 core, uneven for 4,
+    where the pixel tiles join the parallel loop (mobilenet_v2's 3-tile expansions on 2 cores), and the conv
+    still equals the interpreter."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    x = Var("x", TensorType((1, 16, 7, 7), F32))
+    y = get_op("nn.relu")(_conv(x, (48, 16, 1, 1)))
+    cfg = {"conv.flat": True, "conv.oc_tile": 1}
+    with applying(cfg):
+        kernels, _, host = lower_groups(fuse(IRModule({"main": Function((x,), y)}), 2))
+        _check([x], y, {"x": rng.standard_normal((1, 16, 7, 7)).astype(np.float32)})
+    source = generate([k.func for k in kernels]).code
+    loop = re.search(r"#pragma omp parallel for\n\s*for \(int64_t (\w+) = 0LL", source).group(1)
+    assert loop.endswith("i2_i3_fused_outer_fused") is (cores == 4)
 
 
 @pytest.mark.parametrize("ws, hinted", [
