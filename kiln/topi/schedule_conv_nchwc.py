@@ -186,12 +186,14 @@ def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int |
 
 
 def _uneven(outer: Sequence[IterVar]) -> bool:
-    """Whether the cores would share a flat conv's channel tiles unevenly (or the count is symbolic): its
-    pixel tiles then join the parallel loop. With 32 registers an expansion's tile is 4 blocks x 7 columns, so
-    mobilenet_v2's 144- and 192-channel expansions have 3 channel tiles: on 2 cores one ran two, the other
-    one (151 and 144 GFLOP/s against 175-230 for the other convs)."""
-    tiles = math.prod(static(iv.dom.extent) or 0 for iv in outer)
-    return tiles == 0 or tiles % (os.cpu_count() or 1) != 0
+    """Whether the cores would share a flat conv's channel tiles unevenly: its pixel tiles then join the
+    parallel loop. With 32 registers an expansion's tile is 4 blocks x 7 columns, so mobilenet_v2's 144- and
+    192-channel expansions have 3 channel tiles: on 2 cores one ran two, the other one (151 and 144 GFLOP/s
+    against 175-230 for the other convs). A symbolic batch stays serial outside (parallel_outer)."""
+    extents = [static(iv.dom.extent) for iv in outer]
+    while len(extents) > 1 and extents[0] is None:
+        extents.pop(0)
+    return None not in extents and math.prod(extents) % (os.cpu_count() or 1) != 0
 
 
 def _unroll_channels(ky: IterVar, kx: IterVar, expands: bool, per_group: int | None) -> bool:
