@@ -320,16 +320,19 @@ def _unsupported(model: onnx.ModelProto, opsets: dict[str, int]) -> list[tuple[s
 
 def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
     """Read and check a model; every failure is a ModelLoadError naming the file."""
+    # what the checker reads: a path or bytes it parses in C++; a ModelProto it serializes first (resnet50's
+    # 100 MB: 150 ms, twice the checking itself), so a model read from a file is checked from the file
     if isinstance(path_or_model, onnx.ModelProto):
         model, where = path_or_model, "model"
+        checked: onnx.ModelProto | bytes | str = model
     elif isinstance(path_or_model, bytes):
-        where = "model bytes"
+        where, checked = "model bytes", path_or_model
         try:
             model = onnx.load_from_string(path_or_model)
         except Exception as e:
             raise ModelLoadError(f"{where}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     else:
-        where = os.fspath(path_or_model)
+        where = checked = os.fspath(path_or_model)
         if not os.path.exists(where):
             raise ModelLoadError(f"{where}: no such file")
         if os.path.isdir(where):
@@ -341,11 +344,8 @@ def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> on
                                  f"not ONNX ({type(e).__name__}: {str(e)[:200]})") from None
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{where}: not an ONNX model (empty graph); the file may be truncated")
-    # the checker reads a path or bytes in C++; a ModelProto it serializes first (resnet50's 100 MB: 150 ms,
-    # twice the checking itself), so a model read from a file is checked from the file
-    checked = model if isinstance(path_or_model, onnx.ModelProto) else path_or_model
     try:
-        onnx.checker.check_model(os.fspath(checked) if isinstance(checked, os.PathLike) else checked)
+        onnx.checker.check_model(checked)
     except Exception as e:
         raise ModelLoadError(f"{where}: the ONNX checker rejects the model: {str(e).strip()[:1000]}") from None
     return model

@@ -139,13 +139,19 @@ def _same_index(i: tir.PrimExpr, iv: IterVar) -> bool:
     return i is iv.var or (static(i) == 0 and static(iv.dom.extent) == 1)
 
 
-def parallel_outer(st: Stage, axes: Sequence[IterVar], work: int | None) -> IterVar:
-    """Fuse the outer loops into one and run it in parallel when there is enough work. Leading loops
-    of symbolic extent (the batch) stay serial outside: fused, bound inference could not prove a
-    compute_at region inside them in bounds, and would guard every store."""
+def parallel_axes(axes: Sequence[IterVar]) -> list[IterVar]:
+    """The outer loops parallel_outer fuses: leading loops of symbolic extent (the batch) stay serial
+    outside: fused, bound inference could not prove a compute_at region inside them in bounds, and would
+    guard every store."""
     axes = list(axes)
     while len(axes) > 1 and static(axes[0].dom.extent) is None:
         axes.pop(0)
+    return axes
+
+
+def parallel_outer(st: Stage, axes: Sequence[IterVar], work: int | None) -> IterVar:
+    """Fuse the outer loops (parallel_axes) into one and run it in parallel when there is enough work."""
+    axes = parallel_axes(axes)
     fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
     if work is None or work >= PARALLEL_MIN_ELEMENTS:
         st.parallel(fused)

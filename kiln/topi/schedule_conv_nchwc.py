@@ -30,7 +30,7 @@ from kiln.topi.knobs import knob
 from kiln.transform.pack_dense import host_l2_bytes, host_vector_registers
 from kiln.topi.schedule_transform import row_nest
 from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, loads_of, materialize,
-                                      parallel_outer, static)
+                                      parallel_axes, parallel_outer, static)
 
 # vector accumulators per tile, by the host's vector registers. Of AVX-512VL's 32 (Zen 4): ~16 (measured best on
 # most layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little reuse:
@@ -189,10 +189,8 @@ def _uneven(outer: Sequence[IterVar]) -> bool:
     """Whether the cores would share a flat conv's channel tiles unevenly: its pixel tiles then join the
     parallel loop. With 32 registers an expansion's tile is 4 blocks x 7 columns, so mobilenet_v2's 144- and
     192-channel expansions have 3 channel tiles: on 2 cores one ran two, the other one (151 and 144 GFLOP/s
-    against 175-230 for the other convs). A symbolic batch stays serial outside (parallel_outer)."""
-    extents = [static(iv.dom.extent) for iv in outer]
-    while len(extents) > 1 and extents[0] is None:
-        extents.pop(0)
+    against 175-230 for the other convs). Counted over the loops parallel_outer fuses (parallel_axes)."""
+    extents = [static(iv.dom.extent) for iv in parallel_axes(outer)]
     return None not in extents and math.prod(extents) % (os.cpu_count() or 1) != 0
 
 
