@@ -16,6 +16,7 @@ from kiln.errors import KilnError, ParseError
 from kiln.ir import dtype as _dt
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from kiln.ir.module import IRModule
+from kiln.ir.op_table import lookup_op
 from kiln.ir.types import FuncType, OptionalType, SeqType, SizeVar, TensorType, TupleType, Type
 
 
@@ -89,8 +90,6 @@ def parse_expr(src: str, params: list | None = None, free_vars: tuple[Var, ...] 
 
 class _Parser:
     def __init__(self, src: str, params: list | None):
-        import kiln.op  # noqa: F401  (registers every operator)
-
         self.src, self.params = src, params
         self.toks = tokenize(src)
         self.i = 0
@@ -298,12 +297,11 @@ class _Parser:
         raise self.error("expected an expression", t)
 
     def op_call(self) -> Expr:
-        from kiln.op.registry import REGISTRY
-
         t = self.expect("IDENT")
-        if t.text not in REGISTRY:
-            raise self.error(f"unknown operator {t.text!r}", t)
-        op = REGISTRY[t.text]
+        try:
+            op = lookup_op(t.text)
+        except KeyError as e:
+            raise self.error(e.args[0], t) from None
         self.expect("(")
         args, kw = [], {}
         for item in self.comma_list(")", self.arg_or_attr):

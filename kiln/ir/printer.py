@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kiln.ir import dtype as _dt
+from kiln.ir.attrs import value_equal
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.module import IRModule
 from kiln.ir.types import Type, type_str
@@ -149,8 +150,6 @@ class _Printer:
 
     def attrs(self, attrs: Any) -> list[str]:
         """`name=value` for every field of an attrs dataclass that differs from its default."""
-        from kiln.op.registry import value_equal
-
         if attrs is None or not is_dataclass(attrs):
             return []
         out = []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.ir.attrs import attrs_equal, value_equal
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from kiln.ir.module import IRModule
 from kiln.ir.visitor import post_order
@@ -66,8 +67,6 @@ class _Equal:
 
     def node(self, x: Expr, y: Any) -> list[tuple[Expr, Expr]] | None:
         """Pairs of children still to compare, or None when x and y differ locally."""
-        from kiln.op.registry import attrs_equal, value_equal
-
         if isinstance(x, Call):
             if isinstance(x.op, Expr) != isinstance(y.op, Expr) or len(x.args) != len(y.args):
                 return None

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, is_dataclass
 from typing import Any
-
-import numpy as np
 
 from kiln.errors import TypeInferenceError
 from kiln.ir.expr import Constant, Expr, Op, is_absent
+from kiln.ir.op_table import OPS, register_op
 from kiln.ir.types import Type
 
 
@@ -84,56 +83,21 @@ class OpDef(Op):
         return self.name
 
 
-REGISTRY: dict[str, OpDef] = {}
+REGISTRY: dict[str, OpDef] = OPS  # type: ignore[assignment]  (the ir table itself: only OpDefs enter it)
 
 
 def define_op(name: str, *, pattern: Pattern, infer: TypeRel, ref: Callable[..., Any],
               attrs: type | None = None, inputs: int | tuple[int, int | None] = 1,
               doc: str = "", pure: bool = True) -> OpDef:
     """Define and register an operator. `inputs` is a count or a (min, max) range (max None: variadic)."""
-    if name in REGISTRY:
-        raise ValueError(f"operator {name} defined twice")
     if attrs is not None and not is_dataclass(attrs):
         raise TypeError(f"{name}: attrs must be a frozen dataclass")
     rng = (inputs, inputs) if isinstance(inputs, int) else inputs
     op = OpDef(name, pattern, infer, ref, attrs, rng, doc, pure)
-    REGISTRY[name] = op
-    return op
+    return register_op(op)
 
 
 def get_op(name: str) -> OpDef:
     if name not in REGISTRY:
         raise KeyError(f"no operator named {name!r}")
     return REGISTRY[name]
-
-
-def attr_items(attrs: Any) -> list[tuple[str, Any]]:
-    """(name, value) of every attribute field, in declaration order."""
-    if attrs is None:
-        return []
-    return [(f.name, getattr(attrs, f.name)) for f in fields(attrs)]
-
-
-def attrs_equal(a: Any, b: Any) -> bool:
-    """Attribute equality that treats array-valued fields by value."""
-    if type(a) is not type(b):
-        return False
-    for (_, x), (_, y) in zip(attr_items(a), attr_items(b)):
-        if not value_equal(x, y):
-            return False
-    return True
-
-
-def value_equal(x: Any, y: Any) -> bool:
-    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
-                and x.shape == y.shape):
-            return False
-        if x.dtype.kind == "V":  # ml_dtypes floats (bfloat16, float8...): compare widened, NaN == NaN
-            x, y = x.astype(np.float64), y.astype(np.float64)
-        return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
-    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
-        return len(x) == len(y) and all(value_equal(p, q) for p, q in zip(x, y))
-    if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
-        return True
-    return type(x) is type(y) and x == y

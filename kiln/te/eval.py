@@ -5,8 +5,9 @@ an `arange` placed on its own axis, so expressions broadcast to the grid). A Red
 reduce axes to the grid and folds them with the reducer: sum/prod/max/min directly, any other
 (argmax, argmin, user reducers) by applying its combine expression position by position, in loop
 order. Select evaluates both sides; loads under a Select clamp their indices (the clamped values
-are never selected), loads elsewhere must be in bounds. ExternOps run the numpy functions of
-`EXTERN_FUNCS` at the end of this file (a C runtime library implements the same names).
+are never selected), loads elsewhere must be in bounds. ExternOps run the numpy functions in
+`EXTERN_FUNCS`, which topi fills where it defines each extern (a C runtime library implements the
+same names).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from kiln import tir
 from kiln.ir import dtype as _dt
 from kiln.te import tensor as _te
+from kiln.te.schedule import reads
 from kiln.tir import expr as E
 
 _BINARY = {
@@ -190,9 +192,7 @@ class Evaluator:
         return self.values[key]
 
     def _compute(self, op: _te.ComputeOp) -> list[np.ndarray]:
-        from kiln.te.schedule import _reads
-
-        for t in _reads(op):  # an extern read here may bind a data-dependent dim of this shape
+        for t in reads(op):  # an extern read here may bind a data-dependent dim of this shape
             if isinstance(t.op, _te.ExternOp):
                 self.value(t)
         shape = self.shape(op.shape)
@@ -286,29 +286,7 @@ def evaluate(outputs: _te.Tensor | Sequence[_te.Tensor], feeds: Mapping[_te.Tens
     return [ev.value(t) for t in outputs]
 
 
-# ---------------------------------------------------------------------------------------------
-# extern functions: name -> f(input arrays, scalar args) -> output arrays. They follow the
-# operators' numpy references; scalars carry the attributes a runtime function needs. An omitted
-# optional input arrives as an empty array.
-
-
-def _op_ref(name: str, attrs_of):
-    from kiln.op import get_op
-
-    def f(ins: list[np.ndarray], scalars: list) -> tuple[np.ndarray, ...]:
-        op = get_op(name)
-        out = op.reference(attrs_of(op.attrs_type, *scalars), *ins)
-        return tuple(out) if isinstance(out, tuple) else (out,)
-
-    return f
-
-
-EXTERN_FUNCS: dict[str, Any] = {
-    "kiln_top_k": _op_ref("tensor.top_k", lambda A, axis, largest, srt: A(int(axis), int(largest), int(srt))),
-    "kiln_unique": _op_ref("tensor.unique", lambda A, axis, has_axis, srt: A(int(axis) if has_axis else None,
-                                                                               int(srt))),
-    "kiln_non_zero": _op_ref("tensor.non_zero", lambda A: None),
-    "kiln_non_max_suppression": _op_ref("vision.non_max_suppression", lambda A, cpb: A(int(cpb))),
-    "kiln_det": _op_ref("linalg.det", lambda A: None),
-    "kiln_dropout": _op_ref("nn.dropout", lambda A, seed: A(int(seed))),
-}
+# extern functions: name -> f(input arrays, scalar args) -> output arrays. The layer that emits an
+# extern call registers its reference here (topi/extern.py: the operators' numpy references), so te
+# needs no operator registry.
+EXTERN_FUNCS: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from kiln.te import region
 from kiln.te.bound import canon
-from kiln.te.schedule import Schedule, Stage, _reads, create_schedule
+from kiln.te.schedule import Schedule, Stage, create_schedule, reads
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Tensor
 from kiln.tir.expr import And, BufferLoad, Call, IntImm, PrimExpr, ProducerLoad, Reduce, Var
 from kiln.tir.functor import map_expr, substitute, walk
@@ -70,7 +70,7 @@ class _Lowering:
         if st in seen:
             return
         seen.add(st)
-        for r in _reads(st.op):
+        for r in reads(st.op):
             self._visit(r, seen)
         self.order.append(st)
 

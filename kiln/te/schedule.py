@@ -168,7 +168,7 @@ class Stage:
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
 
 
-def _reads(op: Operation) -> list[Tensor]:
+def reads(op: Operation) -> list[Tensor]:
     """Tensors an operation reads, in first-read order (one per (op, value_index))."""
     if isinstance(op, ExternOp):
         return list(op.inputs)
@@ -193,7 +193,7 @@ def _post_order(outputs: Sequence[Tensor], stop: set[Operation] = frozenset()) -
             return
         seen.add(op)
         if op not in stop:
-            for t in _reads(op):
+            for t in reads(op):
                 visit(t.op)
         order.append(op)
 

@@ -1,14 +1,18 @@
 """Operators that are not loop nests (sorting, selection, data-dependent output sizes): one
-ExternOp each, naming a function of Kiln's runtime library (kiln/te/eval.py holds their numpy
-versions). Attributes travel as scalar arguments; a data-dependent dim is a fresh Var that the
-runtime function binds.
+ExternOp each, naming a function of Kiln's runtime library; their numpy versions (the operators'
+references) are registered at the end of this file for kiln/te/eval.py. Attributes travel as scalar
+arguments; a data-dependent dim is a fresh Var that the runtime function binds.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kiln import te, tir
+from kiln.op import get_op
+from kiln.te.eval import EXTERN_FUNCS
 from kiln.te.tensor import ExternOp
 from kiln.topi.registry import out_dims, register_compute, tensor_type
 
@@ -51,3 +55,26 @@ def _nms(attrs, inputs, out_type, consts):
     dtypes = ("float32", "float32", "int64", "float32", "float32")
     ins = [x if x is not None else _absent(d) for x, d in zip(inputs, dtypes)]
     return extern("non_max_suppression", "kiln_non_max_suppression", ins, out_type, 1, (attrs.center_point_box,))
+
+
+def _op_ref(name: str, attrs_of):
+    """The te evaluator's version of an extern: operator `name`'s reference, attrs rebuilt from the scalars.
+    An omitted optional input arrives as an empty array."""
+
+    def f(ins: list[np.ndarray], scalars: list) -> tuple[np.ndarray, ...]:
+        op = get_op(name)
+        out = op.reference(attrs_of(op.attrs_type, *scalars), *ins)
+        return tuple(out) if isinstance(out, tuple) else (out,)
+
+    return f
+
+
+EXTERN_FUNCS.update({
+    "kiln_top_k": _op_ref("tensor.top_k", lambda A, axis, largest, srt: A(int(axis), int(largest), int(srt))),
+    "kiln_unique": _op_ref("tensor.unique", lambda A, axis, has_axis, srt: A(int(axis) if has_axis else None,
+                                                                               int(srt))),
+    "kiln_non_zero": _op_ref("tensor.non_zero", lambda A: None),
+    "kiln_non_max_suppression": _op_ref("vision.non_max_suppression", lambda A, cpb: A(int(cpb))),
+    "kiln_det": _op_ref("linalg.det", lambda A: None),
+    "kiln_dropout": _op_ref("nn.dropout", lambda A, seed: A(int(seed))),
+})

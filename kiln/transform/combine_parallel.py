@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.errors import TypeInferenceError
+from kiln.ir.attrs import attrs_equal
 from kiln.ir.expr import Call, Constant, Expr, Function, Op, Var, children, is_absent
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order, with_children
-from kiln.op.registry import attrs_equal, get_op
+from kiln.op.registry import get_op
 from kiln.transform.fuse_ops import nested_scopes, scope_nodes
 from kiln.transform.infra import PassContext, function_pass
 

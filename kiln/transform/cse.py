@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from kiln.ir.attrs import attr_items
 from kiln.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
 from kiln.ir.module import IRModule
 from kiln.ir.visitor import rewrite
-from kiln.op.registry import attr_items
 from kiln.transform.infra import PassContext, function_pass
 
 SMALL_CONSTANT = 64  # constants up to this many elements are merged by value

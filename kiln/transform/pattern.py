@@ -22,10 +22,10 @@ import ml_dtypes
 import numpy as np
 
 from kiln.errors import TypeInferenceError
+from kiln.ir.attrs import value_equal
 from kiln.ir.expr import Call, Constant, Expr, Op, Tuple, TupleGetItem, Var, children, is_absent
 from kiln.ir.types import ANY, TensorType, TupleType, Type
 from kiln.ir.visitor import post_order, with_children
-from kiln.op.registry import value_equal
 
 COMMUTATIVE = frozenset({"math.add", "math.mul", "math.max", "math.min", "math.sum", "math.and",
                          "math.or", "math.xor", "math.equal"})

@@ -38,9 +38,10 @@ from kiln.ir import (
     text,
     text_with_params,
 )
+from kiln.ir.attrs import value_equal
 from kiln.ir.parser import _Parser
 from kiln.ir.printer import _Printer
-from kiln.op.registry import REGISTRY, value_equal
+from kiln.op.registry import REGISTRY
 
 N = SizeVar("N")
 F32 = "float32"
