@@ -75,16 +75,6 @@ def settle(run: Callable[[], object], seconds: float = SETTLE_S) -> int:
     return n
 
 
-def symbolic_dims(model: Any) -> list[str]:
-    """Names of the symbolic dims of the model's inputs, in order of first use."""
-    names: list[str] = []
-    for vi in model.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param not in names:
-                names.append(d.dim_param)
-    return names
-
-
 def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int, records: Any,
                  say: Callable[[str], None]) -> Engine:
     import kiln
@@ -95,18 +85,6 @@ def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level
     say(f"kiln: built in {(time.perf_counter() - t0) * 1e3:.0f} ms ({tag} executor"
         + (f", {len(sess.model.host_groups)} group(s) on the host)" if sess.model.host_groups else ")"))
     return Engine(f"kiln ({tag})", lambda: sess.run(None, feeds))
-
-
-def with_fixed_dims(model: Any, dims: dict[str, int], say: Callable[[str], None], hint: str = "") -> Any:
-    """The model with every symbolic input dim fixed: to its value in `dims`, else to 1 (said)."""
-    from kiln.build import fix_dims
-
-    dims = dict(dims)
-    for name in symbolic_dims(model):
-        if name not in dims:
-            dims[name] = 1
-            say(f"symbolic dim {name} = 1 (set it with --dim {name}=VALUE{hint})")
-    return fix_dims(model, dims)
 
 
 def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
@@ -133,8 +111,8 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
           seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5) -> list[Engine]:
     import kiln
     from kiln.build import flop_count
-    from kiln.cli import random_feeds
     from kiln.errors import InputError
+    from kiln.feeds import random_feeds, with_fixed_dims
     from kiln.frontend.onnx import load_model
 
     if runs < 1 or warmup < 0 or burst < 1:

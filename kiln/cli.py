@@ -7,16 +7,16 @@ and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import os
 import sys
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from kiln.errors import InputError, KilnError
+from kiln.feeds import random_feeds
+from kiln.summary import checksum, op_counts
 
 
 def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
@@ -27,49 +27,6 @@ def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
         k, v = it.split("=", 1)
         out[k] = v
     return out
-
-
-def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of the declared shapes for inputs not given; symbolic dims come from `dims`."""
-    from kiln.ir import dtype as dt
-    from kiln.ir.types import SizeVar, TensorType
-
-    rng = np.random.default_rng(seed)
-    feeds = dict(given)
-    for p in mod.main.params:
-        if p.name in feeds:
-            continue
-        t = p.type
-        if not isinstance(t, TensorType) or t.shape is None:
-            raise InputError(f"input '{p.name}' has type {t}; give it with --input {p.name}=FILE.npy")
-        shape = []
-        for d in t.shape:
-            if isinstance(d, SizeVar):
-                if d.name not in dims:
-                    raise InputError(f"input '{p.name}' has symbolic dim '{d.name}'; give its size with "
-                                     f"--dim {d.name}=VALUE (or the input with --input)")
-                shape.append(dims[d.name])
-            else:
-                shape.append(d)
-        npdt = dt.to_numpy(t.dtype)
-        if t.dtype == "bool":
-            arr = rng.random(shape) < 0.5
-        elif t.dtype == "string":
-            arr = np.full(shape, "kiln", dtype=object)
-        elif dt.is_float(t.dtype) or t.dtype.startswith("complex"):
-            arr = rng.standard_normal(shape).astype(npdt)
-        else:
-            arr = rng.integers(0, 8, size=shape).astype(npdt)
-        feeds[p.name] = arr
-    return feeds
-
-
-def checksum(a: np.ndarray) -> str:
-    a = np.asarray(a)
-    if a.dtype == object:
-        return f"crc32={zlib.crc32(repr(a.tolist()).encode()):08x}"
-    total = float(np.sum(a.astype(np.float64))) if a.size and a.dtype.kind in "biufc" else 0.0
-    return f"sum={total:.6g} crc32={zlib.crc32(np.ascontiguousarray(a).tobytes()):08x}"
 
 
 def save_atomic(path: str, arr: np.ndarray) -> None:
@@ -135,18 +92,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.output_dir:
             save_atomic(os.path.join(args.output_dir, safe_filename(name) + ".npy"), val)
     return 0
-
-
-def op_counts(mod) -> collections.Counter:
-    from kiln.ir.expr import Call, Op
-    from kiln.ir.visitor import post_order
-
-    counts: collections.Counter = collections.Counter()
-    for fn in mod.functions.values():
-        for e in post_order(fn):
-            if isinstance(e, Call) and isinstance(e.op, Op):
-                counts[e.op.name] += 1
-    return counts
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -233,7 +178,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from kiln.tune.command import run_tune
+    from kiln.tune_command import run_tune
 
     return run_tune(args.model, _parse_dims(args.dim), args.records, trials=args.trials, threads=args.threads,
                     timeout=args.timeout, batch=args.batch, opt_level=args.opt_level, seed=args.seed,

@@ -27,10 +27,10 @@ def _median_ms(fn, runs: int = 3) -> float:
 
 def run_demo(batch: int = 2) -> int:
     import kiln
-    from kiln.cli import checksum, op_counts
     from kiln.ir import Call, Function, Op, post_order
     from kiln.ir.module import param_bytes
     from kiln.models import small_cnn
+    from kiln.summary import checksum, op_counts
     from kiln.transform import PassContext, PassTiming
 
     t = _stage("1. build the model from code (fixed-seed weights)")

@@ -85,7 +85,7 @@ def load(name: str, batch: int):
 
     if name in MODELS + EXTRA:
         return make_model(name, batch)
-    from kiln.bench import with_fixed_dims
+    from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import load_model
 
     return with_fixed_dims(load_model(name), {}, lambda _: None)

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import kiln
     from bench_models import feeds_for
-    from kiln.bench import Engine, alternate, with_fixed_dims
+    from kiln.bench import Engine, alternate
+    from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import load_model
     from kiln.tune import records as rec
     from kiln.tune.tasks import host_target

@@ -1,4 +1,8 @@
-"""`kiln tune MODEL.onnx --trials N --records FILE`: tune a model's kernels and log every measurement."""
+"""`kiln tune MODEL.onnx --trials N --records FILE`: tune a model's kernels and log every measurement.
+
+A command beside cli.py and bench.py, not part of the tune library: it loads the ONNX file, fixes its
+dims and checks the picks inside the compiled model, all layers above kiln.tune.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ CHECK_ROUNDS = 80  # rounds of the in-model check after tuning, a run of each bu
 def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int = 64, threads: int | None = None,
              timeout: float = 10.0, batch: int = 8, opt_level: int = 2, seed: int = 0, check_rounds: int | None = None,
              say: Callable[[str], None] = print) -> int:
-    from kiln.bench import with_fixed_dims
+    from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import from_onnx, load_model
 
     check_rounds = CHECK_ROUNDS if check_rounds is None else check_rounds
@@ -47,7 +51,7 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
 
 def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Callable[[str], None] = print) -> None:
     """Check the records' picks for this model inside it (kiln.runtime.in_model_check) and log the verdicts."""
-    from kiln.runtime.in_model_check import check_picks  # NOTE: runtime sits below tune; the check runs the model
+    from kiln.runtime.in_model_check import check_picks
     from kiln.tune.tasks import host_target
 
     target = host_target()
