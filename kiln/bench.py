@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,11 +76,12 @@ def settle(run: Callable[[], object], seconds: float = SETTLE_S) -> int:
 
 
 def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int, records: Any,
-                 say: Callable[[str], None]) -> Engine:
+                 say: Callable[[str], None], build_options: Mapping[str, Any]) -> Engine:
     import kiln
 
     t0 = time.perf_counter()
-    sess = kiln.InferenceSession(kiln.build(mod, opt_level=opt_level, records=records), threads=threads)
+    compiled = kiln.build(mod, opt_level=opt_level, records=records, **build_options)
+    sess = kiln.InferenceSession(compiled, threads=threads)
     tag = f"{sess.model.executor}{', tuned' if records is not None else ''}"
     say(f"kiln: built in {(time.perf_counter() - t0) * 1e3:.0f} ms ({tag} executor"
         + (f", {len(sess.model.host_groups)} group(s) on the host)" if sess.model.host_groups else ")"))
@@ -88,12 +89,15 @@ def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level
 
 
 def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level: int,
-            say: Callable[[str], None], records: Any = None) -> list[Engine]:
+            say: Callable[[str], None], records: Any = None,
+            build_options: Mapping[str, Any] | None = None) -> list[Engine]:
+    """The engines to time; `build_options`: more keywords for kiln.build (pass options)."""
     import kiln
 
-    out = [_kiln_engine(mod, feeds, threads, opt_level, None, say)]
+    build_options = build_options or {}
+    out = [_kiln_engine(mod, feeds, threads, opt_level, None, say, build_options)]
     if records is not None:  # the tuned build next to the untuned one, alternating like the others
-        out.append(_kiln_engine(mod, feeds, threads, opt_level, records, say))
+        out.append(_kiln_engine(mod, feeds, threads, opt_level, records, say, build_options))
     try:
         import onnxruntime as ort
     except ImportError:
@@ -108,7 +112,8 @@ def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, op
 
 
 def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
-          seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5) -> list[Engine]:
+          seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5,
+          build_options: Mapping[str, Any] | None = None) -> list[Engine]:
     import kiln
     from kiln.build import flop_count
     from kiln.errors import InputError
@@ -124,7 +129,7 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     flops = flop_count(mod)
     say(f"inputs: {', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}; threads {threads}; "
         f"{runs} runs after {warmup} warmup, in turns of {burst}; {flops / 1e9:.4f} GFLOP per run (conv/matmul/gemm)")
-    eng = engines(model, mod, feeds, threads, opt_level, say, records)
+    eng = engines(model, mod, feeds, threads, opt_level, say, records, build_options)
     results = [e.run() for e in eng]
     for _ in range(warmup):
         for e in eng:

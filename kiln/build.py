@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,9 @@ def is_static(mod: IRModule) -> bool:
 
 def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = "auto",
           progress: Callable[[str], None] | None = None,
-          records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None) -> CompiledModel:
+          records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
+          pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
+          required_passes: Sequence[str] = ()) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
 
     executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
@@ -148,11 +150,13 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
     kiln.runtime.shape_specialized), "aot" (fail if it does not apply), or "graph" (kernel by kernel).
     `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
     or workload key -> config; each group with a record for this target is scheduled with its
-    fastest config."""
+    fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
+    PassContext (config, disabled, required); an unknown pass name or config key is a KilnError."""
     if target not in TARGETS:
         raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
     if executor not in EXECUTORS:
         raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}))
     report = BuildReport()
     if not isinstance(model, IRModule):
         from kiln.frontend.onnx import from_onnx
@@ -164,16 +168,16 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
     static = is_static(model)
     if executor == "aot" or (executor == "auto" and static):
         try:
-            return _build_aot(model, opt_level, report, progress, tuned)
+            return _build_aot(model, ctx, report, progress, tuned)
         except AotError as e:
             if executor == "aot":
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
-    compiled = _build_graph(model, opt_level, report, progress, tuned)
+    compiled = _build_graph(model, ctx, report, progress, tuned)
     if executor == "auto" and not static:
-        compiled.per_shape = ShapeSpecialized(model, compiled.runner,
-                                              lambda m: build_aot(m, opt_level, cache=CompileCache(), tuned=tuned))
+        compiled.per_shape = ShapeSpecialized(
+            model, compiled.runner, lambda m: build_aot(m, opt_level, ctx=ctx, cache=CompileCache(), tuned=tuned))
         if progress is not None:
             progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
     return compiled
@@ -191,11 +195,12 @@ def _tuned_note(tuned: Tuned | None) -> str:
     return f" ({len(tuned.applied)} with tuned schedules)" if tuned is not None else ""
 
 
-def _build_aot(mod: IRModule, opt_level: int, report: BuildReport,
+def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
                progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
-    aot = build_aot(mod, opt_level, ctx=PassContext(opt_level, instruments=[timing]), cache=cache, tuned=tuned)
+    opt_level = ctx.opt_level
+    aot = build_aot(mod, opt_level, ctx=replace(ctx, instruments=[timing]), cache=cache, tuned=tuned)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)
@@ -206,11 +211,12 @@ def _build_aot(mod: IRModule, opt_level: int, report: BuildReport,
     return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned)
 
 
-def _build_graph(mod: IRModule, opt_level: int, report: BuildReport,
+def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                  progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
-    fused = fuse(mod, opt_level, PassContext(opt_level, instruments=[timing]))
+    opt_level = ctx.opt_level
+    fused = fuse(mod, opt_level, replace(ctx, instruments=[timing]))
     report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
     t0 = time.perf_counter()
     lowered, kernel_of, host = lower_groups(fused, tuned)

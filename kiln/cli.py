@@ -51,18 +51,44 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     return dims
 
 
+def _pass_value(text: str) -> int | float | bool | str:
+    """A --pass-config value: an int, a float, true/false, else the text itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _pass_options(args: argparse.Namespace) -> dict:
+    """kiln.build's pass keywords (pass_config, disabled_passes) from --pass-config and --disable-pass.
+    A misspelt pass or key is an error here, before any work (PassContext checks the names)."""
+    from kiln.transform import PassContext
+
+    config = {k: _pass_value(v) for k, v in _parse_kv(args.pass_config, "--pass-config").items()}
+    disabled = tuple(args.disable_pass or ())
+    PassContext(disabled=disabled, config=config)
+    return {"pass_config": config, "disabled_passes": disabled}
+
+
 def _runner(args: argparse.Namespace):
     """(module whose main gives the inputs, output names, feeds -> outputs) for `kiln run`."""
     import kiln
 
+    passes = _pass_options(args)
+    tweaked = passes["pass_config"] or passes["disabled_passes"]
     if os.path.isdir(args.model):
-        if args.records:
-            raise InputError(f"--records applies when compiling; {args.model} is already compiled")
+        if args.records or tweaked:
+            raise InputError(f"--records, --pass-config and --disable-pass apply when compiling; {args.model} is "
+                             f"already compiled")
         sess = kiln.load(args.model)
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     mod = kiln.from_onnx(args.model)
-    compiled = args.executor == "compiled" or args.records  # tuning records only mean something compiled
-    run = kiln.build(mod, records=args.records).run if compiled else functools.partial(kiln.evaluate, mod)
+    compiled = args.executor == "compiled" or args.records or tweaked  # these only mean something compiled
+    run = kiln.build(mod, records=args.records, **passes).run if compiled else functools.partial(kiln.evaluate, mod)
     return mod, list(mod.output_names), run
 
 
@@ -108,15 +134,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     from kiln.transform import PassContext, PassTiming, PrintIR
     from kiln.transform.pipeline import optimize
 
+    passes = _pass_options(args)
+    given = {"disabled": passes["disabled_passes"], "config": passes["pass_config"]}
     mod = kiln.from_onnx(args.model)
     if args.passes:
         args.opt_level = 2 if args.opt_level is None else args.opt_level
         timing = PassTiming()
-        with PassContext(opt_level=args.opt_level, instruments=[PrintIR(), timing]) as ctx:
+        with PassContext(opt_level=args.opt_level, instruments=[PrintIR(), timing], **given) as ctx:
             mod = optimize(mod, args.opt_level, ctx)
         print(timing.table())
     elif args.graph or args.opt_level is not None:
-        mod = optimize(mod, args.opt_level if args.opt_level is not None else 2)
+        level = args.opt_level if args.opt_level is not None else 2
+        mod = optimize(mod, level, PassContext(level, **given))
     if args.graph:
         from kiln.ir.draw import to_html, to_svg
 
@@ -155,7 +184,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         model = fix_dims(model, dims)
     print(f"compiling {args.model} (opt_level {args.opt_level})")
     compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor, records=args.records,
-                          progress=lambda line: print(f"  {line}", flush=True))
+                          progress=lambda line: print(f"  {line}", flush=True), **_pass_options(args))
     t1 = time.perf_counter()
     out = compiled.export(args.output)
     print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
@@ -173,7 +202,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.bench import bench
 
     bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed,
-          records=args.records, burst=args.burst)
+          records=args.records, burst=args.burst, build_options=_pass_options(args))
     return 0
 
 
@@ -191,6 +220,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def _add_pass_flags(p: argparse.ArgumentParser, note: str = "") -> None:
+    p.add_argument("--pass-config", action="append", metavar="KEY=VALUE", help="set a graph pass option "
+                   "(PassContext.config), e.g. pack_dense.nr=16; the value is read as an int, float, true/false or "
+                   f"text; repeatable{note}")
+    p.add_argument("--disable-pass", action="append", metavar="NAME", help="do not run this graph pass, e.g. "
+                   f"fold-scale-axis; repeatable{note}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln: a deep-learning compiler and runtime.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -206,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
                    help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
     c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
+    _add_pass_flags(c)
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="run a model on given or random inputs",
@@ -220,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--records", metavar="FILE", help="compile with the best configs of a `kiln tune` log "
                    "(implies --executor compiled)")
+    _add_pass_flags(r, " (implies --executor compiled)")
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("bench", help="time Kiln, ONNX Runtime and the interpreter on a model",
@@ -238,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     b.add_argument("--records", metavar="FILE", help="also time Kiln built with the best configs of a "
                    "`kiln tune` log, next to the untuned build")
+    _add_pass_flags(b)
     b.set_defaults(fn=cmd_bench)
 
     t = sub.add_parser("tune", help="search kernel schedules for a model and log the fastest",
@@ -272,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimize at this level first (default for --passes and --graph: 2)")
     s.add_argument("--graph", metavar="OUT.svg|OUT.html", help="draw the (optimized) graph: fused groups as "
                    "boxes, tensor shapes on edges")
+    _add_pass_flags(s)
     s.set_defaults(fn=cmd_show)
 
     d = sub.add_parser("demo", help="take a built-in CNN through every stage of Kiln",

@@ -226,13 +226,13 @@ def _min_branches(ctx: PassContext, name: str) -> int:
     return max(2, int(ctx.config.get(f"{name.replace('-', '_')}.min_num_branches", DEFAULT_MIN_BRANCHES)))
 
 
-@function_pass("combine-parallel-conv2d", opt_level=3)
+@function_pass("combine-parallel-conv2d", opt_level=3, config=("combine_parallel_conv2d.min_num_branches",))
 def combine_parallel_conv2d(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Parallel 2-D convs on one input become one conv with more output channels, then slices."""
     return combine(fn, FAMILIES["combine-parallel-conv2d"], _min_branches(ctx, "combine-parallel-conv2d"))
 
 
-@function_pass("combine-parallel-dense", opt_level=3)
+@function_pass("combine-parallel-dense", opt_level=3, config=("combine_parallel_dense.min_num_branches",))
 def combine_parallel_dense(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Parallel mat_muls / gemms on one input become one wider product, then slices."""
     n = _min_branches(ctx, "combine-parallel-dense")

@@ -109,7 +109,7 @@ def _fold_node(new: Expr, max_elements: int) -> Expr:
     return new
 
 
-@function_pass("fold-constant", opt_level=1)
+@function_pass("fold-constant", opt_level=1, config=("fold_constant.max_elements",))
 def fold_constant(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Replace every call whose inputs are constants by its value; fold shape queries."""
     limit = int(ctx.config.get("fold_constant.max_elements", DEFAULT_MAX_ELEMENTS))

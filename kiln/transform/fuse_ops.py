@@ -337,7 +337,7 @@ def _type_deciding(e: Expr) -> set[int]:
     return set()
 
 
-@function_pass("fuse-ops", opt_level=1)
+@function_pass("fuse-ops", opt_level=1, config=("fuse_ops.max_group_size",))
 def fuse_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Group operators into Primitive functions (one future kernel each)."""
     limit = int(ctx.config.get("fuse_ops.max_group_size", DEFAULT_MAX_GROUP))

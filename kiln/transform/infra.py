@@ -3,17 +3,21 @@
 A pass maps IRModule -> IRModule and keeps meaning. Passes are declared as plain functions with
 `@module_pass("name", opt_level=N)` or `@function_pass(...)`; the name is the command-line name.
 `PassContext` (a context manager) decides which passes run: a pass runs when its opt_level is at
-most the context's, or it is listed in `required`, and it is not listed in `disabled`.
+most the context's, or it is listed in `required`, and it is not listed in `disabled`. A pass
+declares the `PassContext.config` keys it reads (`config=`), so that a context naming an unknown
+pass or config key fails when it is made instead of silently doing nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.errors import KilnError
 from kiln.ir.expr import Function
 from kiln.ir.module import IRModule
 
@@ -23,6 +27,7 @@ class PassInfo:
     name: str
     opt_level: int = 0
     required: tuple[str, ...] = ()  # passes that must run before this one
+    config: tuple[str, ...] = ()  # the PassContext.config keys the pass reads
 
 
 class Pass:
@@ -102,18 +107,18 @@ def _register(p: Pass) -> Pass:
     return p
 
 
-def module_pass(name: str, opt_level: int = 0) -> Callable[[Callable], ModulePass]:
+def module_pass(name: str, opt_level: int = 0, config: Sequence[str] = ()) -> Callable[[Callable], ModulePass]:
     def deco(fn: Callable[[IRModule, PassContext], IRModule]) -> ModulePass:
-        p = ModulePass(PassInfo(name, opt_level), fn)
+        p = ModulePass(PassInfo(name, opt_level, config=tuple(config)), fn)
         _register(p)
         return p
 
     return deco
 
 
-def function_pass(name: str, opt_level: int = 0) -> Callable[[Callable], FunctionPass]:
+def function_pass(name: str, opt_level: int = 0, config: Sequence[str] = ()) -> Callable[[Callable], FunctionPass]:
     def deco(fn: Callable[[Function, IRModule, PassContext], Function]) -> FunctionPass:
-        p = FunctionPass(PassInfo(name, opt_level), fn)
+        p = FunctionPass(PassInfo(name, opt_level, config=tuple(config)), fn)
         _register(p)
         return p
 
@@ -199,6 +204,11 @@ class PassContext:
 
     _stack = []  # the contexts entered, innermost last
 
+    def __post_init__(self) -> None:
+        for what, names in (("required", self.required), ("disabled", self.disabled)):
+            _check_known(names, PASSES, f"{what} pass {{!r}} is not a pass")
+        _check_known(self.config, config_keys(), "pass config key {!r} is read by no pass")
+
     def should_run(self, p: Pass) -> bool:
         if isinstance(p, Sequential):
             return True
@@ -216,6 +226,21 @@ class PassContext:
 
     def __exit__(self, *exc: Any) -> None:
         PassContext._stack.pop()
+
+
+def config_keys() -> set[str]:
+    """Every PassContext.config key some registered pass reads."""
+    return {key for p in PASSES.values() for key in p.info.config}
+
+
+def _check_known(names: Iterable[str], known: Collection[str], message: str) -> None:
+    """KilnError (`message` formatted with the name) for the first name not in `known`, suggesting
+    the closest known ones: a misspelt name would otherwise be silently ignored."""
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise KilnError(message.format(name) + hint)
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ def convert_conv_rule(data: str, kernel: str):
     return rule
 
 
-@function_pass("convert-layout", opt_level=3)
+@function_pass("convert-layout", opt_level=3, config=("convert_layout.desired",))
 def convert_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Run 2-D convs in the desired layout (default NHWC/HWIO), carrying it across
     layout-agnostic ops so transforms sit only at the edges of conv regions."""
@@ -150,7 +150,8 @@ def alter_conv_rule(block: int, pad: bool, winograd: str | bool = DEFAULT_WINOGR
     return rule
 
 
-@function_pass("alter-op-layout", opt_level=2)
+@function_pass("alter-op-layout", opt_level=2, config=("alter_op_layout.block", "alter_op_layout.pad_channels",
+                                                           "alter_op_layout.winograd", "alter_op_layout.winograd_tile"))
 def alter_op_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """NCHW convs (grouped ones blocked inside their groups) to the blocked NCHW[x]c conv with
     weights packed at compile time; consecutive blocked convs exchange blocked tensors directly."""

@@ -240,7 +240,7 @@ def _read_config(ctx: PassContext) -> tuple[str, dict[str, Policy]]:
     return low, overrides
 
 
-@function_pass("to-mixed-precision", opt_level=4)
+@function_pass("to-mixed-precision", opt_level=4, config=("mixed_precision.dtype", "mixed_precision.policy"))
 def to_mixed_precision(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Run the policy tables over `fn`; its parameter and result types stay as they were."""
     low, overrides = _read_config(ctx)

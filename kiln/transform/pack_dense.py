@@ -121,7 +121,7 @@ def _scalar(v: float, dtype: str) -> np.ndarray:
 PACK_DENSE_RULES = {"linalg.mat_mul": pack_mat_mul, "linalg.gemm": pack_gemm}
 
 
-@function_pass("pack-dense", opt_level=2)
+@function_pass("pack-dense", opt_level=2, config=("pack_dense.nr",))
 def pack_dense(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """mat_mul/gemm with a constant 2-D B (float32/float64) -> dense_packed over the panel-packed B."""
 

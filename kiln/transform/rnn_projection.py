@@ -76,7 +76,7 @@ def split_projection(call: Call, ctx: PassContext) -> Expr | None:
     return get_op(RECURRENCE_OPS[call.op.name])(*args, attrs=call.attrs)
 
 
-@function_pass("split-rnn-projection", opt_level=2)
+@function_pass("split-rnn-projection", opt_level=2, config=("pack_dense.nr",))
 def split_rnn_projection(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """nn.rnn/gru/lstm with constant W, R (and B) -> mat_mul(X, W^T) + bias, then nn.*_recurrence."""
 
