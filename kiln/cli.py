@@ -177,6 +177,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from kiln.build import fix_dims
     from kiln.frontend.onnx import load_model
 
+    passes = _pass_options(args)
     t0 = time.perf_counter()
     model = load_model(args.model)
     dims = _parse_dims(args.dim)
@@ -184,7 +185,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         model = fix_dims(model, dims)
     print(f"compiling {args.model} (opt_level {args.opt_level})")
     compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor, records=args.records,
-                          progress=lambda line: print(f"  {line}", flush=True), **_pass_options(args))
+                          progress=lambda line: print(f"  {line}", flush=True), **passes)
     t1 = time.perf_counter()
     out = compiled.export(args.output)
     print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
