@@ -48,8 +48,9 @@ bench-gemm: check-tools $(STAMP)
 limits: check-tools $(STAMP)
 	$(PY) scripts/machine_limits.py
 
+# what CI runs: every ruff rule of pyproject.toml, import sorting included, over all the Python sources
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kiln tests
+	$(VENV)/bin/ruff check kiln tests scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
