@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from kiln.codegen.c_rules import C_RULES, CRules
-from kiln.codegen.c_source import CSource, generate
+from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.c_types import CodegenError
 from kiln.tir.expr import elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
@@ -59,9 +60,9 @@ class Copy:
 
 
 def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
-                 rules: CRules = C_RULES) -> CSource:
+                 rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
     """The kernels of `funcs` and the entry that runs `calls` in order, then `copies`."""
-    kernels = generate(funcs, rules)
+    kernels = generate(funcs, rules, header)
     invoke = []
     for call in calls:
         info = kernels.functions.get(call.func)

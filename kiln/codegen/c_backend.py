@@ -21,15 +21,17 @@ from kiln.tir.stmt import PrimFunc
 
 
 class CBackend(Backend):
+    """Spells tir by `rules` after `runtime_header` (kiln_runtime.h: the helpers the rules call)."""
+
     kind = "c"
     runtime_header = RUNTIME_HEADER
     rules: CRules = C_RULES
 
     def render_kernels(self, funcs: Sequence[PrimFunc]) -> CSource:
-        return generate(funcs, self.rules)
+        return generate(funcs, self.rules, self.runtime_header)
 
     def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
-        return generate_aot(funcs, calls, copies, self.rules)
+        return generate_aot(funcs, calls, copies, self.rules, self.runtime_header)
 
     def compile(self, code: str, *, cache: CompileCache | None = None, cc: str = "gcc",
                 flags: tuple[str, ...] = FLAGS) -> Path:

@@ -76,7 +76,8 @@ def render(f: PrimFunc, rules: CRules = C_RULES) -> RenderedFunc:
                         head.removesuffix(" {") + ";", f.body)
 
 
-def generate(funcs: Sequence[PrimFunc], rules: CRules = C_RULES) -> CSource:
+def generate(funcs: Sequence[PrimFunc], rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
+    """One module of `funcs` spelled by `rules`, after `header` (the runtime the rules' spellings call)."""
     decls, module_scope = ModuleDecls(), NameScope()
     infos: dict[str, FuncInfo] = {}
     bodies: list[str] = []
@@ -94,7 +95,7 @@ def generate(funcs: Sequence[PrimFunc], rules: CRules = C_RULES) -> CSource:
             decls.extern(name, proto)
         protos.append(r.prototype.replace(_BODY, info.body_symbol))
         bodies += [UNIT_MARK, r.code.replace(_FN, info.symbol).replace(_BODY, info.body_symbol)]
-    code = "\n".join([RUNTIME_HEADER.read_text(), runtime_lib.source(funcs), *decls.lines(), _LINKAGE, *protos, "",
+    code = "\n".join([header.read_text(), runtime_lib.source(funcs), *decls.lines(), _LINKAGE, *protos, "",
                       *bodies])
     return CSource(code, infos)
 

@@ -66,3 +66,14 @@ def test_override_leaves_c_rules_and_aot_entry_alone():
 def test_extend_rejects_an_unknown_table():
     with pytest.raises(TypeError, match="intrinsics"):
         C_RULES.extend(intrinsics={})
+
+
+def test_runtime_header_is_the_backends(tmp_path):
+    f = sigmoid_kernel()
+    header = tmp_path / "sim_runtime.h"
+    header.write_text("/* sim runtime */")
+    backend = CBackend()
+    backend.runtime_header = header
+    base = CBackend().render_kernels([f]).code
+    assert backend.render_kernels([f]).code == "/* sim runtime */" + base.removeprefix(
+        CBackend.runtime_header.read_text())
