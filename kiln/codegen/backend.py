@@ -22,6 +22,8 @@ from kiln.tir.stmt import PrimFunc
 class Library(Protocol):
     """A loaded library (the C backend's: CModule)."""
 
+    path: Path  # the compiled file (in the compile cache)
+
     def get_function(self, name: str) -> Callable[..., Any]:
         """The kernel rendered from the PrimFunc called `name`."""
 
