@@ -18,7 +18,7 @@ import numpy as np
 
 from kiln.codegen.cache import CompileCache, cache_key
 from kiln.codegen.compiler import FLAGS, compiler_identity, find_compiler
-from kiln.codegen.module import build as build_c
+from kiln.codegen.backends import build_library
 from kiln.errors import KilnError
 from kiln.ir.module import IRModule
 from kiln.ir.types import SizeVar, TensorType, TupleType
@@ -223,7 +223,7 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
     report.add("lower", time.perf_counter() - t0,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
-    lib = build_c([k.func for k in lowered], "model", cache=cache) if lowered else None
+    lib = build_library([k.func for k in lowered], "model", cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
     return CompiledModel(fused, "graph", cm, opt_level, report, tuned)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from kiln.codegen.c_source import CSource, generate
-from kiln.codegen.c_types import STORAGE_CTYPE, CodegenError
+from kiln.codegen.c_rules import C_RULES, CRules
+from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
+from kiln.codegen.c_types import CodegenError
 from kiln.tir.expr import elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
 
@@ -57,9 +59,10 @@ class Copy:
     nbytes: int
 
 
-def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
+def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
+                 rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
     """The kernels of `funcs` and the entry that runs `calls` in order, then `copies`."""
-    kernels = generate(funcs)
+    kernels = generate(funcs, rules, header)
     invoke = []
     for call in calls:
         info = kernels.functions.get(call.func)
@@ -69,7 +72,8 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
         if len(params) != len(call.args):
             raise CodegenError(f"AOT entry passes {len(call.args)} arguments to {call.func!r}, "
                                f"which takes {len(params)}")
-        invoke.append(f"{info.body_symbol}({', '.join(_arg(p, a, call.func) for p, a in zip(params, call.args))})")
+        args = ", ".join(_arg(p, a, call.func, rules) for p, a in zip(params, call.args))
+        invoke.append(f"{info.body_symbol}({args})")
     lines = ["#include <time.h>",
              "static double kiln_now_(void) {",
              "  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + 1e-9 * t.tv_nsec;",
@@ -94,8 +98,8 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
     return CSource(kernels.code + "\n" + "\n".join(lines), kernels.functions)
 
 
-def _arg(p, ptr: Ptr, fname: str) -> str:
+def _arg(p, ptr: Ptr, fname: str, rules: CRules) -> str:
     if not isinstance(p, Buffer):
         raise CodegenError(f"{fname}: parameter {p.name!r} is a scalar; the AOT entry passes only "
                            "buffers (static shapes)")
-    return f"({STORAGE_CTYPE[elem_of(p.dtype)]}*){ptr.c()}"
+    return f"({rules.storage_ctype[elem_of(p.dtype)]}*){ptr.c()}"

@@ -3,14 +3,16 @@
 Two tables: LEAF_RULES spell nodes from the node itself (immediates, variables, loads, vectors);
 SCALAR_RULES spell an operation from its already-spelled operands. A vector operation GCC's vector
 extensions support natively (VECTOR_NATIVE) is spelled like the scalar one; any other runs its scalar
-rule lane by lane inside a GNU statement expression. A later backend copies the tables and
-overrides what differs. Temporaries are `_kN`: names from models never start with `_`.
+rule lane by lane inside a GNU statement expression. The printer looks the tables up in the CRules
+it is given (kiln.codegen.c_rules), so a later backend overrides only what differs. Temporaries are
+`_kN`: names from models never start with `_`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,9 @@ from kiln.tir import expr as E
 from kiln.tir.arith import Simplifier
 from kiln.tir.bound import VarBounds
 from kiln.tir.expr import elem_of, lanes_of
+
+if TYPE_CHECKING:
+    from kiln.codegen.c_rules import CRules
 
 
 def operands(e: E.PrimExpr) -> list[E.PrimExpr]:
@@ -42,10 +47,10 @@ def operands(e: E.PrimExpr) -> list[E.PrimExpr]:
 
 
 class ExprPrinter:
-    """Spells the expressions of one function; identifiers come from `scope`."""
+    """Spells the expressions of one function by `rules`; identifiers come from `scope`."""
 
-    def __init__(self, scope: NameScope, decls: ModuleDecls, bounds: VarBounds | None = None):
-        self.scope, self.decls = scope, decls
+    def __init__(self, rules: CRules, scope: NameScope, decls: ModuleDecls, bounds: VarBounds | None = None):
+        self.rules, self.scope, self.decls = rules, scope, decls
         self.sim = Simplifier(bounds)  # the enclosing loops' bounds (c_stmt scopes them): simplifies offsets
         self._ntmp = 0
 
@@ -57,17 +62,17 @@ class ExprPrinter:
         return self.decls.ctype(dtype)
 
     def expr(self, e: E.PrimExpr) -> str:
-        leaf = LEAF_RULES.get(type(e))
+        leaf = self.rules.leaf.get(type(e))
         if leaf is not None:
             return leaf(self, e)
-        rule = SCALAR_RULES.get(type(e))
+        rule = self.rules.scalar.get(type(e))
         if rule is None:
             raise CodegenError(f"the C backend cannot spell tir node {type(e).__name__}")
         ops = operands(e)
         lanes = [lanes_of(o.dtype) for o in ops] + [lanes_of(e.dtype)]
         if max(lanes) == 1:
             return wrap_sub_byte(e, rule(self, e, [self.expr(o) for o in ops]))
-        native = VECTOR_NATIVE.get(type(e))
+        native = self.rules.vector_native.get(type(e))
         if native is not None and min(lanes) == max(lanes) and native[1](e) and elem_of(e.dtype) not in SUB_BYTE_WRAP:
             return f"({self.expr(ops[0])} {native[0]} {self.expr(ops[1])})"
         if lanes_of(e.dtype) != max(lanes):  # NOTE: `-vec` builds Sub(scalar 0, vec), typed scalar

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_stmt import FunctionPrinter
-from kiln.codegen.c_types import ERROR_FLAG, STORAGE_CTYPE, CodegenError, ModuleDecls, is_float_value, scalar_ctype
+from kiln.codegen.c_types import ERROR_FLAG, CodegenError, ModuleDecls, is_float_value, scalar_ctype
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
@@ -62,19 +63,21 @@ class RenderedFunc:
     body: Any = field(default=None, compare=False, repr=False)  # the Stmt it renders: a rewritten body re-renders
 
 
-def render(f: PrimFunc) -> RenderedFunc:
-    """`f`'s C, independent of the module it ends up in (its printer's names are its own)."""
+def render(f: PrimFunc, rules: CRules = C_RULES) -> RenderedFunc:
+    """`f`'s C, independent of the module it ends up in (its printer's names are its own). A rendering
+    cached on `f` (RENDERED_ATTR, the kernel cache's) was made with C_RULES: other rules render afresh."""
     cached = f.attr(RENDERED_ATTR)
-    if cached is not None and cached.body is f.body:
+    if cached is not None and cached.body is f.body and rules is C_RULES:
         return cached
     decls = ModuleDecls()
-    code = _function(FuncInfo(f, _FN, _BODY), decls)
+    code = _function(FuncInfo(f, _FN, _BODY), decls, rules)
     head = code.split("\n", 1)[0]
     return RenderedFunc(code, tuple(decls.vector_types.items()), tuple(decls.externs.items()),
                         head.removesuffix(" {") + ";", f.body)
 
 
-def generate(funcs: Sequence[PrimFunc]) -> CSource:
+def generate(funcs: Sequence[PrimFunc], rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
+    """One module of `funcs` spelled by `rules`, after `header` (the runtime the rules' spellings call)."""
     decls, module_scope = ModuleDecls(), NameScope()
     infos: dict[str, FuncInfo] = {}
     bodies: list[str] = []
@@ -85,40 +88,40 @@ def generate(funcs: Sequence[PrimFunc]) -> CSource:
         c = module_scope.get(f, f.name)
         info = FuncInfo(f, f"kiln_fn_{c}", f"kiln_body_{c}")
         infos[f.name] = info
-        r = render(f)
+        r = render(f, rules)
         for name, typedef in r.vector_types:
             decls.vector_types.setdefault(name, typedef)
         for name, proto in r.externs:
             decls.extern(name, proto)
         protos.append(r.prototype.replace(_BODY, info.body_symbol))
         bodies += [UNIT_MARK, r.code.replace(_FN, info.symbol).replace(_BODY, info.body_symbol)]
-    code = "\n".join([RUNTIME_HEADER.read_text(), runtime_lib.source(funcs), *decls.lines(), _LINKAGE, *protos, "",
+    code = "\n".join([header.read_text(), runtime_lib.source(funcs), *decls.lines(), _LINKAGE, *protos, "",
                       *bodies])
     return CSource(code, infos)
 
 
-def _param_decl(p: Buffer | Var, ident: str, restrict: bool) -> str:
+def _param_decl(p: Buffer | Var, ident: str, restrict: bool, rules: CRules) -> str:
     if isinstance(p, Buffer):
-        ct = STORAGE_CTYPE.get(elem_of(p.dtype))
+        ct = rules.storage_ctype.get(elem_of(p.dtype))
         if ct is None:
             raise CodegenError(f"parameter {p.name!r}: the C backend cannot store dtype {p.dtype!r}")
         return f"{ct}* {'restrict ' if restrict else ''}{ident}"
     return f"{scalar_ctype(p.dtype)} {ident}"
 
 
-def _unpack(p: Buffer | Var, k: int) -> str:
+def _unpack(p: Buffer | Var, k: int, rules: CRules) -> str:
     if isinstance(p, Buffer):
-        return f"({STORAGE_CTYPE[elem_of(p.dtype)]}*)args[{k}].p"
+        return f"({rules.storage_ctype[elem_of(p.dtype)]}*)args[{k}].p"
     return f"({scalar_ctype(p.dtype)})args[{k}].{'f' if is_float_value(p.dtype) else 'i'}"
 
 
-def _function(info: FuncInfo, decls: ModuleDecls) -> str:
+def _function(info: FuncInfo, decls: ModuleDecls, rules: CRules) -> str:
     """The typed body and its uniform-ABI wrapper. Buffers are `restrict` only when the PrimFunc
     says its buffers never alias (attr noalias=True)."""
     f = info.func
-    printer = FunctionPrinter(NameScope(), decls, shape_bounds(f))
+    printer = FunctionPrinter(rules, NameScope(), decls, shape_bounds(f))
     restrict = bool(f.attr("noalias", False))
-    params = [_param_decl(p, printer.scope.get(p, p.name), restrict) for p in f.params]
+    params = [_param_decl(p, printer.scope.get(p, p.name), restrict, rules) for p in f.params]
     # data-dependent dims (set by runtime-library calls) are in-out: a local copy, written back
     inout = {v: printer.scope.fresh(f"{v.name}_inout") for v in runtime_lib.data_dependent_vars(f)}
     params = [f"int64_t* {inout[p]}" if p in inout else d for p, d in zip(f.params, params)]
@@ -131,7 +134,7 @@ def _function(info: FuncInfo, decls: ModuleDecls) -> str:
     tail = [f"  *{p} = (int64_t){printer.var(v)};" for v, p in inout.items()]
     tail += [f"  return {ERROR_FLAG if printer.uses_error_flag else 'KILN_OK'};", "}"]
     # NOTE: the slot of an in-out dim is written through a cast-away const (the caller's array is mutable)
-    call = ", ".join(f"(int64_t*)&((kiln_value_t*)args)[{k}].i" if p in inout else _unpack(p, k)
+    call = ", ".join(f"(int64_t*)&((kiln_value_t*)args)[{k}].i" if p in inout else _unpack(p, k, rules)
                      for k, p in enumerate(f.params))
     wrapper = [
         f"int32_t {info.symbol}(const kiln_value_t* args, int32_t num_args) {{",

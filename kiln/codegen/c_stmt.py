@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from kiln.codegen import runtime_lib
 from kiln.codegen.c_expr import ExprPrinter
-from kiln.codegen.c_types import ERROR_FLAG, SIZEOF, STORAGE_CTYPE, STORE_CONVERT, CodegenError
+from kiln.codegen.c_types import ERROR_FLAG, SIZEOF, STORE_CONVERT, CodegenError
 from kiln.codegen.offsets import flat_offset, is_const, mul
 from kiln.tir import expr as E
 from kiln.tir import stmt as S
@@ -26,8 +26,8 @@ UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symb
 class FunctionPrinter(ExprPrinter):
     """Spells one function body into `lines`."""
 
-    def __init__(self, scope, decls, bounds=None):
-        super().__init__(scope, decls, bounds)
+    def __init__(self, rules, scope, decls, bounds=None):
+        super().__init__(rules, scope, decls, bounds)
         self.lines: list[str] = []
         self.depth = 1
         self.in_parallel = self.in_simd = self.uses_error_flag = False
@@ -36,7 +36,7 @@ class FunctionPrinter(ExprPrinter):
         self.lines.append("  " * self.depth + line)
 
     def stmt(self, s: S.Stmt) -> None:
-        rule = STMT_RULES.get(type(s))
+        rule = self.rules.stmt.get(type(s))
         if rule is None:
             raise CodegenError(f"the C backend cannot spell tir statement {type(s).__name__}")
         rule(self, s)
@@ -154,7 +154,7 @@ def _let(p: FunctionPrinter, s: S.LetStmt) -> None:
 
 def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
     buf = s.buffer
-    ct = STORAGE_CTYPE.get(elem_of(buf.dtype))
+    ct = p.rules.storage_ctype.get(elem_of(buf.dtype))
     if ct is None or lanes_of(buf.dtype) != 1:
         raise CodegenError(f"allocation {buf.name!r}: the C backend cannot store dtype {buf.dtype!r}")
     count = E.IntImm(1)

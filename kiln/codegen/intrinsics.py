@@ -85,7 +85,8 @@ INTRINSIC_RULES: dict[str, Callable] = {
 
 
 def spell(p, e, a: list[str]) -> str:
-    rule = INTRINSIC_RULES.get(e.name)
+    """A call by the printer's intrinsic rules (`p.rules.intrinsic`), else of the runtime library."""
+    rule = p.rules.intrinsic.get(e.name)
     if rule is not None:
         return rule(p, e, a)
     if not _IDENT.match(e.name) or e.name in C_KEYWORDS:

@@ -1,4 +1,5 @@
-"""Build tir PrimFuncs into a shared library and call its kernels on numpy arrays.
+"""A loaded kernel library: call its kernels on numpy arrays (kiln.codegen.backends.build_library
+renders, compiles and loads one).
 
 Arguments are checked at the boundary (count, dtype, shape against the buffer's static and symbolic
 dims, layout), because past it a wrong pointer is silent memory corruption.
@@ -7,20 +8,18 @@ dims, layout), because past it a wrong pointer is silent memory corruption.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from kiln.codegen import openmp_env
-from kiln.codegen.c_source import CSource, FuncInfo, generate
+from kiln.codegen.c_source import CSource, FuncInfo
 from kiln.codegen.c_types import is_float_value
-from kiln.codegen.cache import CompileCache
-from kiln.codegen.compiler import FLAGS
+from kiln.codegen.shape_value import shape_value
 from kiln.errors import InputError, KernelError
 from kiln.ir.dtype import to_numpy
 from kiln.tir import expr as E
-from kiln.tir.stmt import Buffer, PrimFunc
+from kiln.tir.stmt import Buffer
 
 
 
@@ -39,14 +38,6 @@ _KERNEL_ERRORS = {-1: "wrong number of arguments", -2: "out of memory allocating
 def kernel_error_text(rc: int) -> str:
     """What a kernel's return code means (KILN_ERR_* of kiln_runtime.h and the runtime library)."""
     return _KERNEL_ERRORS.get(rc, f"error code {rc}")
-
-
-def build(funcs: Sequence[PrimFunc], name: str = "module", *, cc: str = "gcc",
-          flags: tuple[str, ...] = FLAGS, cache: CompileCache | None = None) -> CModule:
-    """Generate C for `funcs`, compile it (or take it from the cache) and load it."""
-    source = generate(funcs)
-    path = (cache or CompileCache()).build(source.code, cc, flags)
-    return CModule(name, source, path)
 
 
 class CModule:
@@ -122,7 +113,7 @@ def _check_array(fname: str, buf: Buffer, a, bound: dict[E.Var, int]) -> None:
     for axis, (d, n) in enumerate(zip(buf.shape, shape)):
         if isinstance(d, E.Var) and d not in bound:
             bound[d] = n
-        expected = _eval(d, bound)
+        expected = shape_value(d, bound)
         if expected is not None and expected != n:
             raise InputError(f"{what} axis {axis} must have size {d} = {expected}, got shape {a.shape}")
     if not a.flags.aligned:
@@ -132,24 +123,8 @@ def _check_array(fname: str, buf: Buffer, a, bound: dict[E.Var, int]) -> None:
             raise InputError(f"{what} must be C-contiguous (use np.ascontiguousarray)")
         return
     for axis, (s, n) in enumerate(zip(buf.strides, a.shape)):
-        expected = _eval(s, bound)
+        expected = shape_value(s, bound)
         if n > 1 and expected is not None and expected * a.itemsize != a.strides[axis]:
             raise InputError(f"{what} axis {axis} must have stride {expected} elements, "
                              f"got {a.strides[axis] // a.itemsize}")
 
-
-_ARITH = {E.Add: lambda x, y: x + y, E.Sub: lambda x, y: x - y, E.Mul: lambda x, y: x * y,
-          E.FloorDiv: lambda x, y: x // y, E.FloorMod: lambda x, y: x % y,
-          E.Min: min, E.Max: max}
-
-
-def _eval(e: E.PrimExpr, bound: dict[E.Var, int]) -> int | None:
-    """The value of a shape expression, or None where it uses an unbound variable."""
-    if isinstance(e, E.IntImm):
-        return e.value
-    if isinstance(e, E.Var):
-        return bound.get(e)
-    if type(e) in _ARITH:
-        a, b = _eval(e.a, bound), _eval(e.b, bound)
-        return None if a is None or b is None else _ARITH[type(e)](a, b)
-    return None

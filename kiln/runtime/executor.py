@@ -20,7 +20,9 @@ import numpy as np
 
 from kiln.codegen import runtime_lib
 from kiln.codegen.lower_fused import Kernel
-from kiln.codegen.module import CFunction, _eval, build as build_c
+from kiln.codegen.backends import build_library
+from kiln.codegen.module import CFunction
+from kiln.codegen.shape_value import shape_value
 from kiln.errors import KernelError, KilnError
 from kiln.ir.aligned import aligned
 from kiln.ir.dtype import to_numpy
@@ -63,7 +65,7 @@ class CompiledKernel:
             if any(src == "out" for src, _, _ in self.bindings) else []
         scalars = [int((ins[i].shape if src == "in" else shapes[i])[ax]) for src, i, ax in self.bindings]
         bound = {v: n for v, n in zip(self.scalar_params, scalars)}
-        outs = [np.empty(tuple(_eval(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
+        outs = [np.empty(tuple(shape_value(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
         self.fn(*ins, *outs, *scalars)
         return outs
 
@@ -273,7 +275,7 @@ def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> 
     """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
     fused = fuse(mod, opt_level, ctx)
     lowered, alias, host = lower_groups(fused)
-    lib = build_c([k.func for k in lowered], "model") if lowered else None
+    lib = build_library([k.func for k in lowered], "model") if lowered else None
     compiled = {}
     by_kernel = {id(k): None for k in lowered}
     for fn in primitive_functions(fused):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.codegen.lower_fused import lower_primitive
-from kiln.codegen.module import build as build_c
+from kiln.codegen.backends import build_library
 from kiln.errors import KilnError
 from kiln.ir.expr import Constant, Function, Var
 from kiln.ir.types import TensorType
@@ -90,7 +90,7 @@ class Specializer:
             bindings = _bindings(k)
             if bindings is None or _unbound(k):
                 raise KilnError("a size inside the group is not known from its inputs")
-            lib = build_c([k.func], f"{self.name}_specialized")
+            lib = build_library([k.func], f"{self.name}_specialized")
         except KilnError as err:
             self.errors.append(str(err))
             return None

@@ -2,7 +2,7 @@ import shutil
 
 import pytest
 
-from kiln.codegen import CompileCache, build
+from kiln.codegen import CompileCache, build_library
 
 requires_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -17,6 +17,6 @@ def cache(tmp_path_factory) -> CompileCache:
 def compile_fn(cache):
     """Build PrimFuncs into a module and return the function called `name` (the first by default)."""
     def f(*funcs, name=None, **kw):
-        return build(funcs, "test", cache=cache, **kw).get_function(name or funcs[0].name)
+        return build_library(funcs, "test", cache=cache, **kw).get_function(name or funcs[0].name)
 
     return f

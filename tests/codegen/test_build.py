@@ -5,7 +5,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from kiln.codegen import FLAGS, CompileCache, CompileError, CompilerNotFoundError, build, cache as cache_mod
+from kiln.codegen import FLAGS, CompileCache, CompileError, CompilerNotFoundError, build_library, cache as cache_mod
 from kiln.errors import KilnError
 from kiln.tir import Buffer, BufferStore, FloatImm, For, ForKind, IntImm, PrimFunc, Var
 
@@ -28,15 +28,15 @@ def run(module, value: float) -> None:
 @requires_gcc
 def test_hit_skips_gcc_and_key_covers_flags(tmp_path, monkeypatch):
     cache = CompileCache(tmp_path)
-    first = build([add_const(1.0)], "m", cache=cache)
+    first = build_library([add_const(1.0)], "m", cache=cache)
     calls = []
     real = cache_mod.compile_shared
     monkeypatch.setattr(cache_mod, "compile_shared", lambda *a: calls.append(a) or real(*a))
-    second = build([add_const(1.0)], "m", cache=cache)
+    second = build_library([add_const(1.0)], "m", cache=cache)
     assert second.path == first.path and calls == []
     run(second, 1.0)
-    build([add_const(2.0)], "m", cache=cache)
-    build([add_const(1.0)], "m", cache=cache, flags=FLAGS + ("-DKILN_SOFT_F16",))
+    build_library([add_const(2.0)], "m", cache=cache)
+    build_library([add_const(1.0)], "m", cache=cache, flags=FLAGS + ("-DKILN_SOFT_F16",))
     assert len(calls) == 2 and len(list(tmp_path.glob("*/*.so"))) == 3
 
 
@@ -46,7 +46,7 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
 
 
 def _build_in_child(root: str, value: float) -> str:
-    module = build([add_const(value)], "m", cache=CompileCache(root))
+    module = build_library([add_const(value)], "m", cache=CompileCache(root))
     run(module, value)
     return str(module.path)
 
@@ -63,7 +63,7 @@ def test_concurrent_builds_of_one_module(tmp_path):
 @requires_gcc
 def test_gcc_failure_keeps_the_source(tmp_path):
     with pytest.raises(CompileError) as err:
-        build([add_const(4.0)], "m", cache=CompileCache(tmp_path), flags=FLAGS + ("-Dkiln_body_addc=)",))
+        build_library([add_const(4.0)], "m", cache=CompileCache(tmp_path), flags=FLAGS + ("-Dkiln_body_addc=)",))
     msg = str(err.value)
     src = next(tmp_path.rglob("*.c"))
     assert str(src) in msg and "error" in msg and "kept" in msg
@@ -73,7 +73,7 @@ def test_gcc_failure_keeps_the_source(tmp_path):
 
 def test_missing_gcc_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(CompilerNotFoundError, match="apt-get install gcc"):
-        build([add_const(1.0)], "m", cache=CompileCache(tmp_path), cc="/nonexistent/gcc")
+        build_library([add_const(1.0)], "m", cache=CompileCache(tmp_path), cc="/nonexistent/gcc")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(KilnError, match="'gcc' not found"):
-        build([add_const(1.0)], "m", cache=CompileCache(tmp_path))
+        build_library([add_const(1.0)], "m", cache=CompileCache(tmp_path))

@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kiln.codegen import FLAGS, build
+from kiln.codegen import FLAGS, build_library
 from kiln.ir.dtype import to_numpy
 from kiln.te.eval import INTRINSICS
 from kiln.tir import And, Buffer, BufferStore, Call, Cast, For, ForKind, IntImm, Max, Min, Not, PrimFunc, Var, const
@@ -140,7 +140,7 @@ VALUE_INTRINSICS = sorted(n for n in INTRINSICS if n != "check_index")
 def intrinsics_module(cache):
     """All intrinsics in one module: one gcc run."""
     cases = {name: intrinsic_case(name) for name in VALUE_INTRINSICS}
-    return cases, build([fn for fn, _, _ in cases.values()], "intrinsics", cache=cache)
+    return cases, build_library([fn for fn, _, _ in cases.values()], "intrinsics", cache=cache)
 
 
 @pytest.mark.parametrize("name", VALUE_INTRINSICS)

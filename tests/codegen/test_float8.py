@@ -4,7 +4,7 @@ round-to-nearest-even like ml_dtypes; ONNX Cast/CastLike float8 conformance case
 import numpy as np
 import pytest
 
-from kiln.codegen import build
+from kiln.codegen import build_library
 from kiln.ir.dtype import to_numpy
 from kiln.tir import Buffer, BufferStore, Call, Cast, For, ForKind, IntImm, PrimFunc, Var
 
@@ -22,7 +22,7 @@ def kernel(name, n, in_dtype, out_dtype, fn):
 
 def run(cache, func, x, out_dtype):
     out = np.zeros(x.shape, to_numpy(out_dtype))
-    build([func], "f8", cache=cache).get_function(func.name)(x, out)
+    build_library([func], "f8", cache=cache).get_function(func.name)(x, out)
     return out
 
 

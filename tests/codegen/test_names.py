@@ -42,10 +42,10 @@ def evil_func(fname: str):
 
 @requires_gcc
 def test_evil_names_compile_and_run(cache):
-    from kiln.codegen import build
+    from kiln.codegen import build_library
 
     funcs = [evil_func(n) for n in ('f"); system("id"); //', "main", "exp", "f_system_id")]
-    module = build(funcs, 'm"; rm -rf /', cache=cache)
+    module = build_library(funcs, 'm"; rm -rf /', cache=cache)
     assert "system(" not in module.source.code and "rm -rf" not in module.source.code
     ins = [np.full(8, k, np.float32) for k in range(len(EVIL))]
     for f in funcs:

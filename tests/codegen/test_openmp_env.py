@@ -2,7 +2,7 @@
 
 import os
 
-from kiln.codegen import CompileCache, build, openmp_env
+from kiln.codegen import CompileCache, build_library, openmp_env
 from kiln.tune import measure
 
 from .conftest import requires_gcc
@@ -17,14 +17,14 @@ def _unset(monkeypatch) -> None:
 @requires_gcc
 def test_loading_a_library_sets_the_spin_count(tmp_path, monkeypatch):
     _unset(monkeypatch)
-    run(build([add_const(1.0)], "m", cache=CompileCache(tmp_path)), 1.0)
+    run(build_library([add_const(1.0)], "m", cache=CompileCache(tmp_path)), 1.0)
     assert os.environ["GOMP_SPINCOUNT"] == str(openmp_env.SPIN_COUNT) == "1000"
 
 
 @requires_gcc
 def test_the_users_spin_count_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("GOMP_SPINCOUNT", "77")
-    run(build([add_const(1.0)], "m", cache=CompileCache(tmp_path)), 1.0)
+    run(build_library([add_const(1.0)], "m", cache=CompileCache(tmp_path)), 1.0)
     assert os.environ["GOMP_SPINCOUNT"] == "77"
 
 

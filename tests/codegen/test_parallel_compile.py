@@ -6,7 +6,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from kiln.codegen import FLAGS, CompileCache, CompileError, build, cache as cache_mod, generate
+from kiln.codegen import FLAGS, CompileCache, CompileError, build_library, cache as cache_mod, generate
 from kiln.codegen.c_source import RENDERED_ATTR, UNIT_MARK, render
 from kiln.codegen.cache import plan_chunks, split_units
 from kiln.tir import Buffer, BufferStore, FloatImm, For, ForKind, IntImm, PrimFunc, Var
@@ -61,33 +61,33 @@ def test_a_rendering_carried_by_the_function_gives_the_same_module():
 
 @requires_gcc
 def test_split_build_matches_single_unit_and_shares_its_key(tmp_path, monkeypatch):
-    split = build(FUNCS, "m", cache=CompileCache(tmp_path, jobs=3))
+    split = build_library(FUNCS, "m", cache=CompileCache(tmp_path, jobs=3))
     check(split)
     objects = list(tmp_path.rglob("*.o"))
     assert len(objects) == 3
     calls = []
     monkeypatch.setattr(cache_mod, "compile_shared", lambda *a: calls.append(a))
-    again = build(FUNCS, "m", cache=CompileCache(tmp_path, jobs=1))  # same library key: a hit
+    again = build_library(FUNCS, "m", cache=CompileCache(tmp_path, jobs=1))  # same library key: a hit
     assert again.path == split.path and calls == []
     monkeypatch.undo()
-    single = build(FUNCS, "m", cache=CompileCache(tmp_path / "one", jobs=1))
+    single = build_library(FUNCS, "m", cache=CompileCache(tmp_path / "one", jobs=1))
     check(single)
     assert single.path.name == split.path.name  # the key does not depend on how it was compiled
 
 
 @requires_gcc
 def test_split_build_reuses_cached_objects(tmp_path, monkeypatch):
-    first = build(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2))
+    first = build_library(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2))
     first.path.unlink()
     compiled = []
     real = cache_mod.compile_object
     monkeypatch.setattr(cache_mod, "compile_object", lambda *a: compiled.append(a) or real(*a))
-    check(build(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2)))
+    check(build_library(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2)))
     assert compiled == []  # only the link ran
 
 
 def _build_in_child(root: str) -> str:
-    module = build(FUNCS, "m", cache=CompileCache(root, jobs=2))
+    module = build_library(FUNCS, "m", cache=CompileCache(root, jobs=2))
     check(module)
     return str(module.path)
 
@@ -104,7 +104,7 @@ def test_concurrent_split_builds(tmp_path):
 @requires_gcc
 def test_split_build_error_names_the_kept_unit(tmp_path):
     with pytest.raises(CompileError) as err:
-        build(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2), flags=FLAGS + ("-Dkiln_body_add3=)",))
+        build_library(FUNCS, "m", cache=CompileCache(tmp_path, jobs=2), flags=FLAGS + ("-Dkiln_body_add3=)",))
     msg = str(err.value)
     assert "error" in msg and "kept" in msg
     kept = [p for p in tmp_path.rglob("*.c") if str(p) in msg]

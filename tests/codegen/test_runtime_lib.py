@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kiln.topi  # noqa: F401
-from kiln.codegen import build, runtime_lib
+from kiln.codegen import build_library, runtime_lib
 from kiln.codegen.lower_fused import lower_primitive
 from kiln.ir import dtype as dt
 from kiln.ir.types import SizeVar
@@ -34,7 +34,7 @@ def run_compiled(cache, cases):
     module (gcc runs once) and run each: a list of outputs per case."""
     cases = [tuple(c) + ((),) * (5 - len(c)) for c in cases]
     kernels = [_kernel(*c, f"kernel{i}") for i, c in enumerate(cases)]
-    mod = build([k.func for k in kernels], "rt", cache=cache)
+    mod = build_library([k.func for k in kernels], "rt", cache=cache)
     return [runtime_lib.call(mod.get_function(f"kernel{i}"),
                              [a for j, a in enumerate(arrays) if a is not None and j not in const] + k.constants)
             for i, ((_, _, arrays, const, _), k) in enumerate(zip(cases, kernels))]
@@ -185,7 +185,7 @@ def test_matches_te_eval_extern_table(cache):
     assert set(runtime_lib.RUNTIME_FUNCS) == set(EXTERN_FUNCS)
     x = values((6, 5), "float32")
     k = _kernel("tensor.unique", get_op("tensor.unique").attrs_type(axis=1, sorted=0), [x], (), (), "u")
-    got = runtime_lib.call(build([k.func], "rt", cache=cache).get_function("u"), [x])
+    got = runtime_lib.call(build_library([k.func], "rt", cache=cache).get_function("u"), [x])
     same(got, list(EXTERN_FUNCS["kiln_unique"]([x], [1, 1, 0])))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.codegen import build
+from kiln.codegen import build_library
 from kiln.ir import Function, IRModule, Tuple, Var
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.types import TensorType
@@ -43,7 +43,7 @@ def run(cache, func: PrimFunc, xs: list[np.ndarray], out_dtype: str) -> np.ndarr
 
 def run_many(cache, runs: list[tuple[PrimFunc, list[np.ndarray], str]]) -> list[np.ndarray]:
     """Several kernels (distinct names) compiled as one module (one gcc run), each run on its inputs."""
-    lib = build([f for f, _, _ in runs], "subbyte", cache=cache)
+    lib = build_library([f for f, _, _ in runs], "subbyte", cache=cache)
     outs = []
     for f, xs, out_dtype in runs:
         outs.append(np.zeros(xs[0].shape, to_numpy(out_dtype)))
@@ -245,7 +245,7 @@ def test_tir_constant_folding_agrees_with_c(cache, dtype):
     body = seq(*(BufferStore(dst, e, (IntImm(k),)) for k, e in enumerate(exprs)))
     f = PrimFunc("consts", (dst,), For(i, IntImm(0), IntImm(1), ForKind.SERIAL, body))
     out = np.zeros(len(exprs), to_numpy(dtype))
-    build([f], "subbyte", cache=cache).get_function("consts")(out)
+    build_library([f], "subbyte", cache=cache).get_function("consts")(out)
     folded = [Simplifier()(e) for e in exprs]
     assert all(isinstance(x, IntImm) and x.dtype == dtype for x in folded)
     np.testing.assert_array_equal(as_ints(out), [x.value for x in folded])

@@ -143,7 +143,7 @@ def test_scan_is_an_extern_whose_inputs_schedules_keep():
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 def test_compiled_scan_with_a_scheduled_step(tmp_path):
-    from kiln.codegen import CompileCache, build
+    from kiln.codegen import CompileCache, build_library
     from kiln.tir.transform import lower_passes
 
     def schedule(outs):
@@ -156,7 +156,7 @@ def test_compiled_scan_with_a_scheduled_step(tmp_path):
 
     (h0, x, w), hist = _tanh_rnn(9, 3, 17, schedule)
     f = lower_passes(te.create_prim_func([hist], "rnn"), skip=("storage_flatten", "vectorize"))
-    fn = build([f], "scan", cache=CompileCache(tmp_path)).get_function("rnn")
+    fn = build_library([f], "scan", cache=CompileCache(tmp_path)).get_function("rnn")
     h, xs, ws = rand(3, 17), rand(9, 3, 17), rand(17, 17) * 0.3
     out = np.full((10, 3, 17), np.nan, np.float32)
     fn(h, xs, ws, out)
@@ -167,7 +167,7 @@ def test_compiled_scan_with_a_scheduled_step(tmp_path):
 def test_two_chained_scans_in_one_compiled_function(tmp_path):
     """The second recurrence reads the first's history: names and loop variables of the two steps
     (the same step graph twice) must not clash in C."""
-    from kiln.codegen import CompileCache, build
+    from kiln.codegen import CompileCache, build_library
     from kiln.tir.transform import lower_passes
 
     (h0, x, w), first = _tanh_rnn(4, 2, 3)
@@ -179,7 +179,7 @@ def test_two_chained_scans_in_one_compiled_function(tmp_path):
 
     (second,) = scan([h0], step, 4, [first, w], name="scan2")
     f = lower_passes(te.create_prim_func([second], "two"), skip=("storage_flatten", "vectorize"))
-    fn = build([f], "scan2", cache=CompileCache(tmp_path)).get_function("two")
+    fn = build_library([f], "scan2", cache=CompileCache(tmp_path)).get_function("two")
     h, xs, ws = rand(2, 3), rand(4, 2, 3), rand(3, 3)
     out = np.full((5, 2, 3), np.nan, np.float32)
     fn(h, xs, ws, out)

@@ -5,7 +5,7 @@ import pytest
 
 import kiln
 from kiln.codegen.cache import CompileCache
-from kiln.codegen.module import build
+from kiln.codegen.backends import build_library
 from kiln.ir.dtype import to_numpy
 from kiln.runtime.executor import fuse
 from kiln.tir.expr import IntImm
@@ -33,7 +33,7 @@ def test_sampled_configs_compute_what_the_default_computes(make, tmp_path):
     for task in extract_tasks(fuse(kiln.from_onnx(make())), "t"):
         configs = [task.default_config] + [random_config(task.space, rng) for _ in range(SAMPLES)]
         kernels = [lower_with(task.fn, f"c{i}", c) for i, c in enumerate(configs)]
-        module = build([k.func for k in kernels], "sweep", cache=CompileCache(tmp_path))
+        module = build_library([k.func for k in kernels], "sweep", cache=CompileCache(tmp_path))
         inputs = [rng.standard_normal([d.value for d in p.shape]).astype(to_numpy(p.dtype))
                   for p in kernels[0].signature[:kernels[0].num_params]]
         want = _run(module.get_function("c0"), kernels[0], inputs)

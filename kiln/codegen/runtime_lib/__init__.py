@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.codegen.c_types import CodegenError
+from kiln.codegen.shape_value import shape_value
 from kiln.tir import expr as E
 from kiln.tir.functor import walk
 from kiln.tir.stmt import Buffer, Evaluate, PrimFunc
@@ -111,12 +112,10 @@ def data_dependent_vars(func: PrimFunc) -> list[E.Var]:
 def capacities(func: PrimFunc, bound: dict[E.Var, int]) -> dict[E.Var, int]:
     """An upper bound for each data-dependent dim of `func`, given the values of the size Vars
     bound by the input shapes."""
-    from kiln.codegen.module import _eval
-
     out: dict[E.Var, int] = {}
     for call in runtime_calls(func):
         spec, ins, _, scalars = _split(call)
-        shapes = [[_eval(d, bound) for d in b.shape] for b in ins]
+        shapes = [[shape_value(d, bound) for d in b.shape] for b in ins]
         for _, _, v in _dynamic_dims(call):
             out[v] = max(out.get(v, 0), int(spec.capacity(shapes, scalars)))
     return out
@@ -130,7 +129,6 @@ def trim(out: np.ndarray, shape: Sequence[int]) -> np.ndarray:
 def call(fn, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run kernel `fn` (a CFunction whose buffer params are `inputs`, then its outputs) by the
     contract above: sizes bound from the inputs, data-dependent ones at capacity, outputs trimmed."""
-    from kiln.codegen.module import _eval
     from kiln.ir.dtype import to_numpy
 
     params = fn.info.func.params
@@ -141,9 +139,9 @@ def call(fn, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             if isinstance(d, E.Var):
                 bound.setdefault(d, n)
     bound.update(capacities(fn.info.func, bound))
-    outs = [np.empty([_eval(d, bound) for d in b.shape], to_numpy(b.dtype)) for b in bufs[len(inputs):]]
+    outs = [np.empty([shape_value(d, bound) for d in b.shape], to_numpy(b.dtype)) for b in bufs[len(inputs):]]
     sizes = fn(*inputs, *outs, *(bound[p] for p in params if isinstance(p, E.Var)))
-    return [trim(o, [_eval(d, sizes) for d in b.shape]) for o, b in zip(outs, bufs[len(inputs):])]
+    return [trim(o, [shape_value(d, sizes) for d in b.shape]) for o, b in zip(outs, bufs[len(inputs):])]
 
 
 # ---------------------------------------------------------------------------------------------
