@@ -16,7 +16,7 @@ from onnx.backend.base import Backend, BackendRep
 from kiln.build import build
 from kiln.errors import KilnError
 from kiln.frontend.onnx import from_onnx
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 
 EXECUTORS = ("compiled", "interpreter")
 

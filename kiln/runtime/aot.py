@@ -31,7 +31,7 @@ from kiln.ir.visitor import post_order
 from kiln.runtime.executor import describe_group, fuse, lower_groups
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.tune.apply import Tuned
-from kiln.runtime.interpreter import check_input
+from kiln.op.interpreter import check_input
 from kiln.runtime.memory_plan import Step, plan_memory
 from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext

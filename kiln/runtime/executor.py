@@ -28,7 +28,7 @@ from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
 from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
-from kiln.runtime.interpreter import Interpreter, Scope, check_input
+from kiln.op.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.kernel_cache import KernelCache
 from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E

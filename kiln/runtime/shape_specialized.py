@@ -27,7 +27,7 @@ from kiln.errors import KilnError
 from kiln.ir.expr import Function, Var
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
-from kiln.runtime.interpreter import check_input
+from kiln.op.interpreter import check_input
 from kiln.transform.basic import substitute
 
 MAX_SHAPES = 4  # static builds kept per model: each holds its own packed weights and arena
