@@ -99,7 +99,7 @@ def _kiln_engine(mod: Any, feeds: dict[str, np.ndarray], threads: int, opt_level
 
 def with_fixed_dims(model: Any, dims: dict[str, int], say: Callable[[str], None], hint: str = "") -> Any:
     """The model with every symbolic input dim fixed: to its value in `dims`, else to 1 (said)."""
-    from kiln.build import fix_dims
+    from kiln.compiler.model_dims import fix_dims
 
     dims = dict(dims)
     for name in symbolic_dims(model):
@@ -132,7 +132,7 @@ def engines(model: Any, mod: Any, feeds: dict[str, np.ndarray], threads: int, op
 def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warmup: int, opt_level: int = 2,
           seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5) -> list[Engine]:
     import kiln
-    from kiln.build import flop_count
+    from kiln.compiler.flop_count import flop_count
     from kiln.cli import random_feeds
     from kiln.errors import InputError
     from kiln.frontend.onnx import load_model

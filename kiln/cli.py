@@ -200,7 +200,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import time
 
     import kiln
-    from kiln.build import fix_dims
+    from kiln.compiler.model_dims import fix_dims
     from kiln.frontend.onnx import load_model
 
     t0 = time.perf_counter()
@@ -233,9 +233,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from kiln.compiler.in_model_check import check_picks
+    from kiln.compiler.tune_model import tune_model
     from kiln.tune.command import run_tune
 
-    return run_tune(args.model, _parse_dims(args.dim), args.records, trials=args.trials, threads=args.threads,
+    return run_tune(args.model, _parse_dims(args.dim), args.records, tune_model=tune_model, check_picks=check_picks,
+                    trials=args.trials, threads=args.threads,
                     timeout=args.timeout, batch=args.batch, opt_level=args.opt_level, seed=args.seed,
                     check_rounds=args.check_rounds)
 

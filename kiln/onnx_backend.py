@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from kiln.build import build
+from kiln.compiler import build
 from kiln.errors import KilnError
 from kiln.frontend.onnx import from_onnx
 from kiln.op.interpreter import evaluate

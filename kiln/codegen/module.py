@@ -122,7 +122,7 @@ def _check_array(fname: str, buf: Buffer, a, bound: dict[E.Var, int]) -> None:
     for axis, (d, n) in enumerate(zip(buf.shape, shape)):
         if isinstance(d, E.Var) and d not in bound:
             bound[d] = n
-        expected = _eval(d, bound)
+        expected = eval_size(d, bound)
         if expected is not None and expected != n:
             raise InputError(f"{what} axis {axis} must have size {d} = {expected}, got shape {a.shape}")
     if not a.flags.aligned:
@@ -132,7 +132,7 @@ def _check_array(fname: str, buf: Buffer, a, bound: dict[E.Var, int]) -> None:
             raise InputError(f"{what} must be C-contiguous (use np.ascontiguousarray)")
         return
     for axis, (s, n) in enumerate(zip(buf.strides, a.shape)):
-        expected = _eval(s, bound)
+        expected = eval_size(s, bound)
         if n > 1 and expected is not None and expected * a.itemsize != a.strides[axis]:
             raise InputError(f"{what} axis {axis} must have stride {expected} elements, "
                              f"got {a.strides[axis] // a.itemsize}")
@@ -143,13 +143,13 @@ _ARITH = {E.Add: lambda x, y: x + y, E.Sub: lambda x, y: x - y, E.Mul: lambda x,
           E.Min: min, E.Max: max}
 
 
-def _eval(e: E.PrimExpr, bound: dict[E.Var, int]) -> int | None:
+def eval_size(e: E.PrimExpr, bound: dict[E.Var, int]) -> int | None:
     """The value of a shape expression, or None where it uses an unbound variable."""
     if isinstance(e, E.IntImm):
         return e.value
     if isinstance(e, E.Var):
         return bound.get(e)
     if type(e) in _ARITH:
-        a, b = _eval(e.a, bound), _eval(e.b, bound)
+        a, b = eval_size(e.a, bound), eval_size(e.b, bound)
         return None if a is None or b is None else _ARITH[type(e)](a, b)
     return None

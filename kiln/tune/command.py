@@ -1,21 +1,27 @@
-"""`kiln tune MODEL.onnx --trials N --records FILE`: tune a model's kernels and log every measurement."""
+"""`kiln tune MODEL.onnx --trials N --records FILE`: tune a model's kernels and log every measurement.
+
+Tuning a whole model and checking picks inside it need the compile driver, which sits above tune:
+the caller (kiln.cli) passes them in (kiln.compiler.tune_model, kiln.compiler.in_model_check).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from kiln.errors import InputError
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.progress import ProgressPrinter, ms
 from kiln.tune.tasks import Task
-from kiln.tune.tuner import TuneOptions, TuneResult, tune
+from kiln.tune.tuner import TuneOptions, TuneResult
 
 CHECK_ROUNDS = 80  # rounds of the in-model check after tuning, a run of each build (0: no check)
 
 
-def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int = 64, threads: int | None = None,
+def run_tune(model_path: str, dims: dict[str, int], records: str, *, tune_model: Callable[..., TuneResult],
+             check_picks: Callable[..., list[Any]], trials: int = 64, threads: int | None = None,
              timeout: float = 10.0, batch: int = 8, opt_level: int = 2, seed: int = 0, check_rounds: int | None = None,
              say: Callable[[str], None] = print) -> int:
     from kiln.bench import with_fixed_dims
@@ -38,16 +44,17 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
             sizes = ", ".join(f"{t.name} ({t.space.size()})" for t in tasks)
             say(f"{len(tasks)} tuning task(s), {trials} trials, {threads} thread(s): {sizes}")
 
-        result = tune(mod, records, options, opt_level, ProgressPrinter(), found)
+        result = tune_model(mod, records, options, opt_level, ProgressPrinter(), found)
         summary(result, records, model_path, say)
     if check_rounds:
-        check(mod, records, threads, check_rounds, opt_level, say)
+        check(mod, records, threads, check_rounds, opt_level, check_picks, say)
     return 0
 
 
-def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Callable[[str], None] = print) -> None:
-    """Check the records' picks for this model inside it (kiln.runtime.in_model_check) and log the verdicts."""
-    from kiln.runtime.in_model_check import check_picks  # NOTE: runtime sits below tune; the check runs the model
+def check(mod, records: str, threads: int, rounds: int, opt_level: int, check_picks: Callable[..., list[Any]],
+          say: Callable[[str], None] = print) -> None:
+    """Check the records' picks for this model inside it (`check_picks`: kiln.compiler.in_model_check's) and log the
+    verdicts."""
     from kiln.tune.tasks import host_target
 
     target = host_target()

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -147,20 +146,3 @@ def _paired(res: MeasureResult, anchor: MeasureResult | None, known: float | Non
         return res.seconds
     ratio = float(np.median([t / a for t, a in zip(res.repeats, anchor.repeats)]))
     return ratio * (known if known is not None else anchor.seconds)
-
-
-def tune(model: Any, records_path: str | Path | None, options: TuneOptions | None = None, opt_level: int = 2,
-         progress: Progress | None = None, on_tasks: Callable[[list[Task]], None] | None = None) -> TuneResult:
-    """Tune every tunable group of `model` (an IRModule, or an ONNX model / path with static shapes)."""
-    from kiln.ir.module import IRModule
-    from kiln.runtime.executor import fuse  # NOTE: runtime sits below tune; tuning a whole model needs its fusion
-    from kiln.tune.tasks import extract_tasks
-
-    if not isinstance(model, IRModule):
-        from kiln.frontend.onnx import from_onnx
-
-        model = from_onnx(model)
-    tasks = extract_tasks(fuse(model, opt_level))
-    if on_tasks is not None:
-        on_tasks(tasks)
-    return tune_tasks(tasks, records_path, options, progress)

@@ -11,7 +11,7 @@ from kiln.ir import Function, IRModule, Var
 from kiln.ir.types import ANY, TensorType
 from kiln.op import get_op
 from kiln.runtime import specialize
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 
 pytestmark = requires_gcc

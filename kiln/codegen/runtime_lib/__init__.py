@@ -111,12 +111,12 @@ def data_dependent_vars(func: PrimFunc) -> list[E.Var]:
 def capacities(func: PrimFunc, bound: dict[E.Var, int]) -> dict[E.Var, int]:
     """An upper bound for each data-dependent dim of `func`, given the values of the size Vars
     bound by the input shapes."""
-    from kiln.codegen.module import _eval
+    from kiln.codegen.module import eval_size
 
     out: dict[E.Var, int] = {}
     for call in runtime_calls(func):
         spec, ins, _, scalars = _split(call)
-        shapes = [[_eval(d, bound) for d in b.shape] for b in ins]
+        shapes = [[eval_size(d, bound) for d in b.shape] for b in ins]
         for _, _, v in _dynamic_dims(call):
             out[v] = max(out.get(v, 0), int(spec.capacity(shapes, scalars)))
     return out
@@ -130,7 +130,7 @@ def trim(out: np.ndarray, shape: Sequence[int]) -> np.ndarray:
 def call(fn, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run kernel `fn` (a CFunction whose buffer params are `inputs`, then its outputs) by the
     contract above: sizes bound from the inputs, data-dependent ones at capacity, outputs trimmed."""
-    from kiln.codegen.module import _eval
+    from kiln.codegen.module import eval_size
     from kiln.ir.dtype import to_numpy
 
     params = fn.info.func.params
@@ -141,9 +141,9 @@ def call(fn, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             if isinstance(d, E.Var):
                 bound.setdefault(d, n)
     bound.update(capacities(fn.info.func, bound))
-    outs = [np.empty([_eval(d, bound) for d in b.shape], to_numpy(b.dtype)) for b in bufs[len(inputs):]]
+    outs = [np.empty([eval_size(d, bound) for d in b.shape], to_numpy(b.dtype)) for b in bufs[len(inputs):]]
     sizes = fn(*inputs, *outs, *(bound[p] for p in params if isinstance(p, E.Var)))
-    return [trim(o, [_eval(d, sizes) for d in b.shape]) for o, b in zip(outs, bufs[len(inputs):])]
+    return [trim(o, [eval_size(d, sizes) for d in b.shape]) for o, b in zip(outs, bufs[len(inputs):])]
 
 
 # ---------------------------------------------------------------------------------------------
