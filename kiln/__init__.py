@@ -7,9 +7,9 @@ InferenceSession(path_or_model) and load(DIR) run compiled models with onnxrunti
 
 from kiln import ir  # noqa: F401
 from kiln.frontend.onnx import from_onnx
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 from kiln.transform.pipeline import optimize
-from kiln.build import build
+from kiln.compiler import build
 from kiln.session import InferenceSession, load
 
 __version__ = "0.1.0"

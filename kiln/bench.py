@@ -115,7 +115,7 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
           seed: int = 0, say: Callable[[str], None] = print, records: Any = None, burst: int = 5,
           build_options: Mapping[str, Any] | None = None) -> list[Engine]:
     import kiln
-    from kiln.build import flop_count
+    from kiln.compiler.flop_count import flop_count
     from kiln.errors import InputError
     from kiln.feeds import random_feeds, with_fixed_dims
     from kiln.frontend.onnx import load_model

@@ -174,7 +174,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import time
 
     import kiln
-    from kiln.build import fix_dims
+    from kiln.compiler.model_dims import fix_dims
     from kiln.frontend.onnx import load_model
 
     passes = _pass_options(args)

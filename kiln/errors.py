@@ -66,7 +66,7 @@ class ArtifactError(KilnError):
 
 
 class AotError(KilnError):
-    """The model cannot be compiled ahead of time; kiln.runtime.executor.build runs it instead."""
+    """The model cannot be compiled ahead of time; the graph executor (executor="graph") runs it instead."""
 
 
 class MemoryLimitError(KilnError):

@@ -60,7 +60,7 @@ def symbolic_dims(model: Any) -> list[str]:
 
 def with_fixed_dims(model: Any, dims: dict[str, int], say: Callable[[str], None], hint: str = "") -> Any:
     """The model with every symbolic input dim fixed: to its value in `dims`, else to 1 (said)."""
-    from kiln.build import fix_dims
+    from kiln.compiler.model_dims import fix_dims
 
     dims = dict(dims)
     for name in symbolic_dims(model):

@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from kiln.build import build
+from kiln.compiler import build
 from kiln.errors import KilnError
 from kiln.frontend.onnx import from_onnx
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 
 EXECUTORS = ("compiled", "interpreter")
 

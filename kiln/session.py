@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.build import CompiledModel, TensorInfo, build
+from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.codegen import openmp_env
 from kiln.errors import InputError, KilnError
 
@@ -79,9 +79,10 @@ class InferenceSession:
 
 
 def _load_model(directory: str | os.PathLike) -> CompiledModel:
+    from kiln.compiler.specialize import compile_specialized
     from kiln.runtime import artifact
 
-    cm, aot, meta = artifact.load(directory)
+    cm, aot, meta = artifact.load(directory, compile_specialized)
     if aot is not None:
         return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2))
     return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2))

@@ -1,7 +1,8 @@
 """`kiln tune MODEL.onnx --trials N --records FILE`: tune a model's kernels and log every measurement.
 
 A command beside cli.py and bench.py, not part of the tune library: it loads the ONNX file, fixes its
-dims and checks the picks inside the compiled model, all layers above kiln.tune.
+dims, tunes the whole model (kiln.compiler.tune_model) and checks the picks inside the compiled model
+(kiln.compiler.in_model_check), all layers above kiln.tune.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.progress import ProgressPrinter, ms
 from kiln.tune.tasks import Task
-from kiln.tune.tuner import TuneOptions, TuneResult, tune
+from kiln.tune.tuner import TuneOptions, TuneResult
 
 CHECK_ROUNDS = 80  # rounds of the in-model check after tuning, a run of each build (0: no check)
 
@@ -22,6 +23,7 @@ CHECK_ROUNDS = 80  # rounds of the in-model check after tuning, a run of each bu
 def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int = 64, threads: int | None = None,
              timeout: float = 10.0, batch: int = 8, opt_level: int = 2, seed: int = 0, check_rounds: int | None = None,
              say: Callable[[str], None] = print) -> int:
+    from kiln.compiler.tune_model import tune_model
     from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import from_onnx, load_model
 
@@ -42,7 +44,7 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
             sizes = ", ".join(f"{t.name} ({t.space.size()})" for t in tasks)
             say(f"{len(tasks)} tuning task(s), {trials} trials, {threads} thread(s): {sizes}")
 
-        result = tune(mod, records, options, opt_level, ProgressPrinter(), found)
+        result = tune_model(mod, records, options, opt_level, ProgressPrinter(), found)
         summary(result, records, model_path, say)
     if check_rounds:
         check(mod, records, threads, check_rounds, opt_level, say)
@@ -50,8 +52,8 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
 
 
 def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Callable[[str], None] = print) -> None:
-    """Check the records' picks for this model inside it (kiln.runtime.in_model_check) and log the verdicts."""
-    from kiln.runtime.in_model_check import check_picks
+    """Check the records' picks for this model inside it (kiln.compiler.in_model_check) and log the verdicts."""
+    from kiln.compiler.in_model_check import check_picks
     from kiln.tune.tasks import host_target
 
     target = host_target()

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.runtime.executor as executor  # noqa: E402
+from kiln.compiler.lower import build_graph_executor  # noqa: E402
 from kiln.ir.expr import Call, Function  # noqa: E402
 from kiln.ir.visitor import post_order  # noqa: E402
 from kiln.models import mobilenet_v2, resnet18, resnet50, small_cnn  # noqa: E402
@@ -35,7 +36,7 @@ def conv_flops(call: Call) -> int:
     return 2 * int(np.prod(call.type.shape)) * macs
 
 
-def kernels(cm: executor.CompiledModule) -> dict[str, tuple[int, str]]:
+def kernels(cm: executor.GraphExecutor) -> dict[str, tuple[int, str]]:
     """kernel name -> (conv FLOPs over every call of it, a short description)."""
     out: dict[str, tuple[int, str]] = {}
     for e in post_order(cm.mod.main):
@@ -53,7 +54,7 @@ def kernels(cm: executor.CompiledModule) -> dict[str, tuple[int, str]]:
 
 def profile(name: str, runs: int, opt_level: int) -> None:
     mod = kiln.from_onnx(MODELS[name](batch=1))
-    cm = executor.build(mod, opt_level=opt_level)
+    cm = build_graph_executor(mod, opt_level=opt_level)
     feeds = {p.name: np.random.default_rng(0).standard_normal([int(d) for d in p.type.shape]).astype(np.float32)
              for p in mod.main.params}
     executor.time = types.SimpleNamespace(perf_counter=time.thread_time)  # the profile in CPU time

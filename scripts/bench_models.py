@@ -99,7 +99,7 @@ def measure(name: str, batch: int, threads: int, runs: int, warmup: int, records
             opt_level: int, burst: int) -> Row:
     import kiln
     from kiln.bench import Engine, alternate
-    from kiln.build import flop_count
+    from kiln.compiler.flop_count import flop_count
 
     model = make_model(name, batch)
     feeds = feeds_for(model)

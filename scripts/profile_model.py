@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    from kiln.build import flop_count
+    from kiln.compiler.flop_count import flop_count
     from kiln.ir.module import IRModule
     from kiln.runtime.executor import primitive_functions
 
@@ -69,7 +69,7 @@ def build(args: argparse.Namespace):
     import kiln
     from bench_models import feeds_for
     from kiln.codegen import openmp_env
-    from kiln.runtime.aot import build_aot
+    from kiln.compiler.aot import build_aot
 
     model = load(args.model, args.batch)
     aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)

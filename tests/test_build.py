@@ -7,7 +7,8 @@ import pytest
 
 import kiln
 import kiln.onnx_backend as backend
-from kiln.build import fix_dims, flop_count, is_static
+from kiln.compiler.model_dims import fix_dims, is_static
+from kiln.compiler.flop_count import flop_count
 from kiln.errors import KilnError
 from kiln.ir.expr import Call, Op
 from kiln.ir.visitor import post_order
@@ -73,7 +74,7 @@ def test_fix_dims_and_flop_count():
 def test_flop_count_survives_layout_and_packing(make):
     """The optimized graph's blocked convs and packed dense count the same work as the model's ops
     (without Winograd, whose batched product does fewer multiplies: counted as they run)."""
-    from kiln.runtime.executor import fuse
+    from kiln.compiler.fuse import fuse
     from kiln.transform import PassContext
 
     mod = kiln.from_onnx(make())

@@ -6,7 +6,7 @@ import numpy as np
 
 from kiln.ir import Call, Constant, Function, GlobalVar, If, IRModule, Let, TensorType, Tuple, TupleGetItem, Var
 from kiln.op import get_op
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 
 relu, add = get_op("nn.relu"), get_op("math.add")
 T = TensorType((3,), "float32")

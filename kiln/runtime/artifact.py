@@ -26,17 +26,18 @@ import numpy as np
 from kiln.codegen import openmp_env
 from kiln.codegen.c_source import FuncInfo
 from kiln.codegen.compiler import FLAGS
+from kiln.codegen.kernel_binding import size_bindings
+from kiln.codegen.kernel_signature import decode_signature, encode_params
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
-from kiln.errors import KilnError
+from kiln.errors import ArtifactError, KilnError
 from kiln.ir.expr import Function, Tuple
 from kiln.ir.module import IRModule
 from kiln.ir.parser import parse
 from kiln.ir.printer import text_with_params
-from kiln.runtime.aot import AotModule, MemoryReport
-from kiln.runtime.executor import CompiledKernel, CompiledModule, _bindings, primitive_functions
-from kiln.runtime.kernel_signature import ArtifactError, decode_signature, encode_params
-from kiln.tir.stmt import Buffer
+from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
+from kiln.runtime.specialize import CompileSpecialized
 
 FORMAT = "kiln-compiled-model"
 FORMAT_VERSION = 1
@@ -63,24 +64,24 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
 
 
 def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
-             function: Callable[[Kernel], CFunction], library: Any) -> CompiledModule:
-    """The executor state: each Primitive function that has a kernel gets its callable."""
-    compiled: dict[int, CompiledKernel] = {}
-    by_kernel: dict[int, CompiledKernel] = {}
+             function: Callable[[Kernel], CFunction], library: Any,
+             compile_specialized: CompileSpecialized | None = None) -> GraphExecutor:
+    """The executor state: each Primitive function that has a kernel gets its callable.
+    `compile_specialized`: the compiler's, for groups that get a kernel at run time (else they run on the host)."""
+    compiled: dict[int, BoundKernel] = {}
+    by_kernel: dict[int, BoundKernel] = {}
     for fn in primitive_functions(fused):
         k = kernel_of.get(id(fn))
         if k is None:
             continue
         if id(k) not in by_kernel:
-            n_in = k.num_params + len(k.constants)
-            outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
-            by_kernel[id(k)] = CompiledKernel(k, function(k), _bindings(k), outs, fn)
+            by_kernel[id(k)] = BoundKernel(k, function(k), size_bindings(k), fn)
         compiled[id(fn)] = by_kernel[id(k)]
-    return CompiledModule(fused, compiled, host, library)
+    return GraphExecutor(fused, compiled, host, library, compile_specialized)
 
 
-def export(directory: str | os.PathLike, cm: CompiledModule, info: dict[str, Any],
-           aot: AotModule | None = None) -> Path:
+def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any],
+           aot: AotExecutor | None = None) -> Path:
     """Write `cm` to `directory`: everything goes into a sibling temporary directory first, which is
     renamed into place only when complete, so no failure leaves a partial model behind. With `aot`
     (the library then holds its entry function), the AOT executor's weights, outputs and arena size
@@ -131,7 +132,7 @@ def _weight_key(a: np.ndarray, name: str, by_id: dict[int, str], weights: dict[s
     return key
 
 
-def _kernel_records(cm: CompiledModule, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> list:
+def _kernel_records(cm: GraphExecutor, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> list:
     seen: dict[int, dict] = {}
     for ck in cm.kernels.values():
         k = ck.kernel
@@ -144,7 +145,7 @@ def _kernel_records(cm: CompiledModule, by_id: dict[int, str], weights: dict[str
     return list(seen.values())
 
 
-def _aot_record(aot: AotModule, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> dict[str, Any]:
+def _aot_record(aot: AotExecutor, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> dict[str, Any]:
     keys = [_weight_key(a, f"aot.weight{j}", by_id, weights) for j, a in enumerate(aot.weights)]
     return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
             "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report()),
@@ -152,20 +153,20 @@ def _aot_record(aot: AotModule, by_id: dict[int, str], weights: dict[str, np.nda
 
 
 def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray], directory: Path,
-              library: Any) -> AotModule:
+              library: Any) -> AotExecutor:
     """The AOT executor of a saved model whose metadata has an "aot" record (see `export`)."""
     try:
         outputs = [(tuple(shape), np.dtype(dt)) for shape, dt in rec["outputs"]]
         mem = rec["memory"]
         report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
-        return AotModule(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
+        return AotExecutor(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
                          report, tuple(str(c) for c in rec.get("calls", ())))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{directory / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
                             ) from None
 
 
-def _kernel_name(cm: CompiledModule, fn: Function) -> str | None:
+def _kernel_name(cm: GraphExecutor, fn: Function) -> str | None:
     ck = cm.kernels.get(id(fn))
     return None if ck is None else ck.kernel.func.name
 
@@ -221,9 +222,11 @@ def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def load(directory: str | os.PathLike) -> tuple[CompiledModule, AotModule | None, dict[str, Any]]:
+def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized | None = None
+         ) -> tuple[GraphExecutor, AotExecutor | None, dict[str, Any]]:
     """The executor state saved in `directory` (see read_metadata for what is checked), and the AOT
-    executor when the model was saved from one (its library holds the entry function)."""
+    executor when the model was saved from one (its library holds the entry function).
+    `compile_specialized`: see `assemble`."""
     d = Path(directory)
     meta = read_metadata(d)
     try:
@@ -248,7 +251,8 @@ def load(directory: str | os.PathLike) -> tuple[CompiledModule, AotModule | None
                 kernel_of[id(fn)] = kernels[name] = _with_outputs(kernels[name], fn)
         symbols = {r["name"]: r["symbol"] for r in meta["kernels"]}
         cm = assemble(mod, kernel_of, meta["host_groups"],
-                      lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib)
+                      lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib,
+                      compile_specialized)
     except (KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{d / GRAPH}: the kernel table is inconsistent ({type(e).__name__}: {e})") from None
     aot = _load_aot(mod, meta["aot"], weights, d, lib) if "aot" in meta and lib is not None else None

@@ -1,13 +1,14 @@
-"""Compiled execution: every fused group runs as a generated C kernel.
+"""The graph executor: a fused model run kernel by kernel, Python between the kernels.
 
-`build` optimizes the module (FuseOps always runs), lowers each distinct Primitive function to a
-kernel and compiles them all into one library. The executor walks `main` like the interpreter
-(control flow, tuples and host-only values stay in Python) but runs each fused call through its
-kernel, binding symbolic dims from the actual argument shapes: one kernel serves every size.
+kiln.compiler.lower builds it (each distinct Primitive function lowered to a kernel, all compiled
+into one library); kiln.runtime.artifact loads it again. The executor walks `main` like the
+interpreter (control flow, tuples and host-only values stay in Python) but runs each fused call
+through its kernel, binding symbolic dims from the actual argument shapes: one kernel serves every size.
 Sizes that depend on argument values come from the group's type relations (shape_eval); sizes
-only the kernel knows (unique, non-zero, NMS) follow runtime_lib's contract. A group that cannot
-be compiled (an operator without a compute) runs on the reference implementations instead and is
-reported in `host_groups`.
+only the kernel knows (unique, non-zero, NMS) follow runtime_lib's contract. A group without a
+kernel is compiled for the small arguments it sees when the compiler gave the executor a way to
+(kiln.runtime.specialize), else it runs on the reference implementations; either way it is
+reported in `host_groups` / `ran_on_host`.
 """
 
 from __future__ import annotations
@@ -19,42 +20,35 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.kernel_binding import Binding, empty_outputs, output_buffers, scalar_params
 from kiln.codegen.lower_fused import Kernel
-from kiln.codegen.backends import build_library
 from kiln.codegen.module import CFunction
-from kiln.codegen.shape_value import shape_value
-from kiln.errors import KernelError, KilnError
+from kiln.errors import KernelError
 from kiln.ir.aligned import aligned
-from kiln.ir.dtype import to_numpy
 from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
-from kiln.ir.structural import structural_hash, structural_equal
 from kiln.ir.visitor import post_order
-from kiln.runtime.interpreter import Interpreter, Scope, check_input
-from kiln.runtime.kernel_cache import KernelCache
+from kiln.op.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.shape_eval import output_shapes
-from kiln.tir import expr as E
-from kiln.tir.functor import free_vars, walk
-from kiln.tir.stmt import Buffer, For, LetStmt
-from kiln.transform import PassContext
-from kiln.transform.pipeline import optimize
-from kiln.tune.apply import Tuned
-
-
-Binding = tuple[str, int, int] | None  # ("in" | "out", which, axis); None: set by the kernel itself
+from kiln.runtime.specialize import CompileSpecialized, Specializer
 
 
 @dataclass
-class CompiledKernel:
+class BoundKernel:
+    """A lowered kernel with its compiled function and where each of its size parameters comes from."""
+
     kernel: Kernel
     fn: CFunction
     bindings: list[Binding]  # per scalar param: the input or output dim its value is
-    outputs: list[Buffer]
     group: Function  # the Primitive function, to find value-dependent output shapes (shape_eval)
     constants: list[np.ndarray] = field(init=False, repr=False)  # the kernel's, on 64-byte boundaries
+    outputs: list[Any] = field(init=False, repr=False)  # the kernel's output buffers
+    scalar_params: list[Any] = field(init=False, repr=False)  # its size parameters, in calling order
 
     def __post_init__(self) -> None:
         self.constants = [aligned(c) for c in self.kernel.constants]
+        self.outputs = output_buffers(self.kernel)
+        self.scalar_params = scalar_params(self.kernel)
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
         # NOTE: not np.ascontiguousarray, which turns a 0-d array into a 1-d one
@@ -64,51 +58,20 @@ class CompiledKernel:
         shapes = output_shapes(self.group, ins[:self.kernel.num_params]) \
             if any(src == "out" for src, _, _ in self.bindings) else []
         scalars = [int((ins[i].shape if src == "in" else shapes[i])[ax]) for src, i, ax in self.bindings]
-        bound = {v: n for v, n in zip(self.scalar_params, scalars)}
-        outs = [np.empty(tuple(shape_value(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in self.outputs]
+        outs = empty_outputs(self.outputs, dict(zip(self.scalar_params, scalars)))
         self.fn(*ins, *outs, *scalars)
         return outs
 
-    @property
-    def scalar_params(self) -> list[E.Var]:
-        return [p for p in self.kernel.signature if isinstance(p, E.Var)]
-
-
-def _bindings(k: Kernel) -> list[Binding] | None:
-    """Where each scalar (symbolic dim) comes from: an input dim; a size the kernel sets itself
-    (runtime_lib.data_dependent_vars); else a bare output dim that shape_eval finds from the
-    argument values. None when some scalar is none of these."""
-    params = k.signature
-    n_in = k.num_params + len(k.constants)
-    set_by_kernel = set(runtime_lib.data_dependent_vars(k.func))
-    outs = [b for b in params[n_in:] if isinstance(b, Buffer)]
-    out: list[Binding] = []
-    for v in (p for p in params if isinstance(p, E.Var)):
-        found = next((("in", i, ax) for i, b in enumerate(params[:n_in]) for ax, d in enumerate(b.shape)
-                      if d is v), None)
-        if found is None and not set_by_kernel:
-            found = next((("out", i, ax) for i, b in enumerate(outs) for ax, d in enumerate(b.shape) if d is v), None)
-        if found is None and v not in set_by_kernel:
-            return None
-        out.append(found)
-    return out
-
-
-def _unbound(k: Kernel) -> bool:
-    """Whether the kernel reads a size that is none of its parameters (an intermediate's
-    value-dependent dim, which no output shape reveals)."""
-    body = k.func.body
-    bound = {p for p in k.func.params if isinstance(p, E.Var)}
-    bound |= {x.loop_var if isinstance(x, For) else x.var for x in walk(body) if isinstance(x, (For, LetStmt, E.Let))}
-    return bool(free_vars(body) - bound)
-
 
 @dataclass
-class CompiledModule:
+class GraphExecutor:
+    """A fused model whose groups run through their kernels one call at a time (see the module doc)."""
+
     mod: IRModule  # optimized and fused
-    kernels: dict[int, CompiledKernel]  # id(Primitive Function) -> kernel
+    kernels: dict[int, BoundKernel]  # id(Primitive Function) -> kernel
     host_groups: list[str] = field(default_factory=list)  # why each group without a kernel has none
     library: Any = None
+    compile_specialized: CompileSpecialized | None = None  # the compiler's, for groups without a kernel
     specializers: dict[int, Any] = field(default_factory=dict)  # id(group) -> run-time Specializer
     ran_on_host: dict[int, str] = field(default_factory=dict)  # groups that ran on the host, and why
     _outside: dict[int, str] | None = field(default=None, repr=False)
@@ -148,7 +111,7 @@ class CompiledModule:
 
 
 class _KernelInterpreter(Interpreter):
-    def __init__(self, cm: CompiledModule, profile: dict[str, float] | None):
+    def __init__(self, cm: GraphExecutor, profile: dict[str, float] | None):
         super().__init__(cm.mod)
         self.cm, self.profile = cm, profile
         self.outside = cm.ops_outside_groups()
@@ -181,11 +144,13 @@ class _KernelInterpreter(Interpreter):
 
     def _specialized(self, fn: Function, args: list) -> Any:
         """The group's kernel specialized on its small arguments, or None (then it runs on the host)."""
-        from kiln.runtime.specialize import Specializer
-
+        if self.cm.compile_specialized is None:
+            self.cm.ran_on_host[id(fn)] = f"a group of {', '.join(_op_names(fn))}: no kernel ahead of time"
+            return None
         sp = self.cm.specializers.get(id(fn))
         if sp is None:
-            sp = self.cm.specializers[id(fn)] = Specializer(fn, f"group{len(self.cm.specializers)}")
+            sp = self.cm.specializers[id(fn)] = Specializer(fn, f"group{len(self.cm.specializers)}",
+                                                            self.cm.compile_specialized)
         spec = sp.kernel_for(args)
         if spec is None:
             strings = " on string tensors" if _touches_strings(fn) else ""
@@ -222,70 +187,8 @@ def primitive_functions(mod: IRModule) -> list[Function]:
     return out
 
 
-def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> IRModule:
-    """The optimized module with every operator in a Primitive function (FuseOps always runs)."""
-    ctx = ctx or PassContext(opt_level=opt_level)
-    ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config)
-    return optimize(mod, opt_level, ctx)
-
-
 def describe_group(fn: Function, most: int = 3) -> str:
     """A fused group's operators with their model node names, for error messages."""
     calls = [e for e in post_order(fn.body) if isinstance(e, Call) and isinstance(e.op, Op)]
     named = [f"{e.op.name}" + (f" node {e.name!r}" if getattr(e, "name", None) else "") for e in calls]
     return ", ".join(named[:most]) + (f" and {len(named) - most} more" if len(named) > most else "")
-
-
-def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None
-                 ) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
-    """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
-    kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
-    records' configs: a group whose workload has one is scheduled with it. `kernels`: where lowered
-    groups are cached (default: under the default cache directory)."""
-    lowered: list[Kernel] = []
-    host: list[str] = []
-    by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
-    alias: dict[int, Kernel] = {}
-    kernels = kernels or KernelCache()
-    for n, fn in enumerate(primitive_functions(fused)):
-        same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
-        if same is not None:
-            alias[id(fn)] = same
-            continue
-        try:
-            # NOTE: a group the C backend cannot spell must not sink the whole library (the cache renders it)
-            k = kernels.lower(fn, f"fused_{n}", tuned)
-        except KilnError as err:
-            host.append(str(err))
-            continue
-        except Exception as err:  # a lowering bug: keep the model running (on the host) and say so
-            host.append(f"fused_{n}: lowering failed ({type(err).__name__}: {err})")
-            continue
-        if _bindings(k) is None or _unbound(k):
-            host.append(f"{k.func.name}: a size inside the group is known from neither the input sizes nor the "
-                        f"output shapes")
-            continue
-        lowered.append(k)
-        by_hash.setdefault(structural_hash(fn), []).append((fn, k))
-        alias[id(fn)] = k
-    return lowered, alias, host
-
-
-def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> CompiledModule:
-    """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
-    fused = fuse(mod, opt_level, ctx)
-    lowered, alias, host = lower_groups(fused)
-    lib = build_library([k.func for k in lowered], "model") if lowered else None
-    compiled = {}
-    by_kernel = {id(k): None for k in lowered}
-    for fn in primitive_functions(fused):
-        k = alias.get(id(fn))
-        if k is None:
-            continue
-        if by_kernel.get(id(k)) is None:
-            cf = lib.get_function(k.func.name)
-            n_in = k.num_params + len(k.constants)
-            outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
-            by_kernel[id(k)] = CompiledKernel(k, cf, _bindings(k), outs, fn)
-        compiled[id(fn)] = by_kernel[id(k)]
-    return CompiledModule(fused, compiled, host, lib)

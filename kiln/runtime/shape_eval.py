@@ -18,7 +18,7 @@ from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
-from kiln.runtime.interpreter import run_op
+from kiln.op.interpreter import run_op
 
 SMALL = 64  # values up to this many elements are evaluated (shape and size inputs are this small)
 

@@ -6,7 +6,7 @@ with dynamic batch and sequence axes ran 2.6x slower than ONNX Runtime that way,
 never saw its shapes (shape arithmetic stays unfolded, attention is not recognized, nothing is packed
 for a known row count) and every group is its own call. Yet a deployed model sees few distinct
 shapes. So the first run at new input shapes builds the whole model for exactly those shapes ahead
-of time (kiln.runtime.aot: static types, the full pipeline, one C entry), and later runs at those
+of time (kiln.compiler.aot: static types, the full pipeline, one C entry), and later runs at those
 shapes call that. At most MAX_SHAPES builds are kept, the least recently used going first. Shapes
 whose static model cannot be built ahead of time (control flow, a shape computed from an input's
 values) run on the kernel-by-kernel executor, and are remembered so that they are not tried again.
@@ -20,40 +20,28 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.ir.expr import Function, Var
 from kiln.ir.module import IRModule
-from kiln.ir.types import TensorType
-from kiln.runtime.interpreter import check_input
-from kiln.transform.basic import substitute
+from kiln.op.interpreter import check_input
 
 MAX_SHAPES = 4  # static builds kept per model: each holds its own packed weights and arena
 MAX_BUILDS = 16  # static builds made per model in all, evicted ones included
 MAX_REMEMBERED = 1024  # input shapes remembered (as refused, or as seen once)
 
 
-def with_input_shapes(mod: IRModule, shapes: Sequence[tuple[int, ...]]) -> IRModule:
-    """`mod` with main's tensor parameters given the static `shapes` (one per parameter, in order);
-    every call is re-typed with them."""
-    main = mod.main
-    params = tuple(Var(p.name, TensorType(tuple(s), p.type.dtype)) if isinstance(p.type, TensorType) else p
-                   for p, s in zip(main.params, shapes))
-    body = substitute(main.body, {id(old): new for old, new in zip(main.params, params) if old is not new})
-    return mod.with_function("main", Function(params, body, main.attrs))
-
-
 class ShapeSpecialized:
     """run(feeds): the static build for the feeds' shapes (made on their first run, or their second
-    once `limit` builds are held; none after `max_builds`), else `fallback`."""
+    once `limit` builds are held; none after `max_builds`), else `fallback`. `build_static(shapes)`
+    is the compiler's: `source` built for those input shapes (one per parameter, in order)."""
 
-    def __init__(self, source: IRModule, fallback: Any, build_static: Callable[[IRModule], Any],
+    def __init__(self, source: IRModule, fallback: Any, build_static: Callable[[tuple], Any],
                  limit: int = MAX_SHAPES, max_builds: int = MAX_BUILDS):
         self.source, self.fallback, self._build = source, fallback, build_static
         self.limit, self.max_builds, self.builds = limit, max_builds, 0
-        self.built: OrderedDict[tuple, Any] = OrderedDict()  # input shapes -> AotModule, most recent last
+        self.built: OrderedDict[tuple, Any] = OrderedDict()  # input shapes -> AotExecutor, most recent last
         self.refused: OrderedDict[tuple, str] = OrderedDict()  # input shapes -> why no static build
         self._seen: OrderedDict[tuple, None] = OrderedDict()  # shapes run once without a build
         self._lock = threading.Lock()
@@ -81,7 +69,7 @@ class ShapeSpecialized:
         self._seen.pop(key, None)
         self.builds += 1
         try:
-            static = self._build(with_input_shapes(self.source, key))
+            static = self._build(key)
         except KilnError as e:  # AotError, or a pass or lowering that refuses these shapes
             _remember(self.refused, key, str(e))
             return None

@@ -8,22 +8,23 @@ values run at once. Likewise a group whose parameter types leave a dim open (a S
 computed from data) and that could not be lowered with symbolic sizes is compiled for the input
 shapes it sees, cached by those shapes (at most MAX_SHAPES of them). Groups that still cannot be
 lowered run on the host.
+
+This module decides when to compile and caches what was compiled; the compiling itself is the
+compiler's (kiln.compiler.specialize), handed to the graph executor when the compiler builds it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from kiln.codegen.lower_fused import lower_primitive
-from kiln.codegen.backends import build_library
 from kiln.errors import KilnError
-from kiln.ir.expr import Constant, Function, Var
+from kiln.ir.expr import Function
 from kiln.ir.types import TensorType
-from kiln.tir.stmt import Buffer
-from kiln.transform.basic import substitute
 
 SMALL_INPUT_ELEMENTS = 64  # inputs up to this size may be baked into a specialized kernel
 MAX_SHAPES = 16  # distinct shape keys a group compiles for; past that it runs on the host
@@ -45,9 +46,14 @@ def open_params(fn: Function) -> list[int]:
     return [i for i, p in enumerate(fn.params) if isinstance(p.type, TensorType) and not p.type.is_static]
 
 
+# (group, its arguments, the small parameters to bake in, the open ones to fix, kernel name) -> a
+# kernel (executor.BoundKernel) taking the other arguments; raises KilnError when it cannot
+CompileSpecialized = Callable[[Function, list, list[int], list[int], str], Any]
+
+
 @dataclass
 class Specialized:
-    kernel: object  # executor.CompiledKernel
+    kernel: Any  # executor.BoundKernel
     keep: list[int]  # argument positions the specialized kernel still takes
 
 
@@ -55,6 +61,7 @@ class Specialized:
 class Specializer:
     fn: Function
     name: str
+    compile: CompileSpecialized
     cache: dict[tuple, Specialized | None] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -75,28 +82,13 @@ class Specializer:
         return self.cache[key]
 
     def _compile(self, args: list, idxs: list[int], shaped: list[int]) -> Specialized | None:
-        from kiln.runtime.executor import CompiledKernel, _bindings, _unbound
-
-        mapping = {id(self.fn.params[i]): Constant(np.asarray(args[i])) for i in idxs}
-        for i in shaped:  # the same parameter, typed with the shape it has now
-            p = self.fn.params[i]
-            mapping[id(p)] = Var(p.name, TensorType(tuple(np.shape(args[i])), p.type.dtype))
         keep = [i for i in range(len(self.fn.params)) if i not in idxs]
         try:
-            body = substitute(self.fn.body, mapping)
-            spec = Function(tuple(mapping.get(id(self.fn.params[i]), self.fn.params[i]) for i in keep), body,
-                            self.fn.attrs)
-            k = lower_primitive(spec, f"{self.name}_s{len(self.cache)}")
-            bindings = _bindings(k)
-            if bindings is None or _unbound(k):
-                raise KilnError("a size inside the group is not known from its inputs")
-            lib = build_library([k.func], f"{self.name}_specialized")
+            kernel = self.compile(self.fn, args, idxs, shaped, f"{self.name}_s{len(self.cache)}")
         except KilnError as err:
             self.errors.append(str(err))
             return None
         except Exception as err:  # a lowering bug: the group still runs (on the host), and says why
             self.errors.append(f"{self.name}: lowering failed ({type(err).__name__}: {err})")
             return None
-        n_in = k.num_params + len(k.constants)
-        outs = [p for p in k.signature[n_in:] if isinstance(p, Buffer)]
-        return Specialized(CompiledKernel(k, lib.get_function(k.func.name), bindings, outs, spec), keep)
+        return Specialized(kernel, keep)

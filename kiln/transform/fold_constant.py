@@ -18,7 +18,7 @@ from kiln.ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, Tup
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import rewrite
-from kiln.runtime.interpreter import run_op
+from kiln.op.interpreter import run_op
 from kiln.transform.basic import substitute
 from kiln.transform.infra import PassContext, function_pass
 

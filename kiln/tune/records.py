@@ -3,7 +3,7 @@
 Each line is {version, key, target, config, seconds, timestamp} (+ error for failed candidates,
 whose seconds is null, and threads). A line with `in_model` [default seconds, config's seconds] and
 null seconds is no measurement of the kernel alone but a check of a pick inside the model
-(kiln.runtime.in_model_check): a pick that was not faster there than its default is not applied.
+(kiln.compiler.in_model_check): a pick that was not faster there than its default is not applied.
 
 Lines are appended with one O_APPEND write each, so several tuners may share a file and a reader
 never sees half a record; a line that does not parse (a file cut short by a crash) is skipped. No

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.ir.module import IRModule
 from kiln.tune import records as rec
 from kiln.tune.allocate import first_batch, next_task
 from kiln.tune.candidates import build_candidates
@@ -147,15 +146,3 @@ def _paired(res: MeasureResult, anchor: MeasureResult | None, known: float | Non
         return res.seconds
     ratio = float(np.median([t / a for t, a in zip(res.repeats, anchor.repeats)]))
     return ratio * (known if known is not None else anchor.seconds)
-
-
-def tune(model: IRModule, records_path: str | Path | None, options: TuneOptions | None = None, opt_level: int = 2,
-         progress: Progress | None = None, on_tasks: Callable[[list[Task]], None] | None = None) -> TuneResult:
-    """Tune every tunable group of `model` (static shapes; the `kiln tune` command imports ONNX)."""
-    from kiln.runtime.executor import fuse  # NOTE: runtime sits below tune; tuning a whole model needs its fusion
-    from kiln.tune.tasks import extract_tasks
-
-    tasks = extract_tasks(fuse(model, opt_level))
-    if on_tasks is not None:
-        on_tasks(tasks)
-    return tune_tasks(tasks, records_path, options, progress)

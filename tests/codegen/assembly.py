@@ -5,7 +5,7 @@ import subprocess
 import kiln
 from kiln.codegen.c_source import generate
 from kiln.codegen.compiler import FLAGS, find_compiler
-from kiln.runtime.executor import fuse
+from kiln.compiler.fuse import fuse
 from kiln.tune.tasks import extract_tasks, lower_with
 
 

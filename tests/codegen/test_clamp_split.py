@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.runtime.aot import build_aot
+from kiln.compiler.aot import build_aot
 from kiln.transform import PassContext
 
 

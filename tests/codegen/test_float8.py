@@ -123,7 +123,7 @@ def _private_kiln_cache(tmp_path, monkeypatch):
 def test_onnx_cast_cases_compile(_private_kiln_cache, name):
     """Cast/CastLike to and from float8/float4 (e8m0 included) match the ONNX outputs, all compiled."""
     from kiln.frontend.onnx import from_onnx
-    from kiln.runtime.executor import build as build_executor
+    from kiln.compiler.lower import build_graph_executor as build_executor
     from tests.conformance.cases import assert_similar, data_sets, node_cases
     from tests.conformance.test_node_cases import expected_failures
 

@@ -16,7 +16,7 @@ import kiln
 from kiln.ir import Constant, Function, IRModule, Var
 from kiln.ir.types import ANY, SizeVar, TensorType
 from kiln.op import get_op
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 from tests.random_graphs import random_module
 

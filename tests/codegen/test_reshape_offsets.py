@@ -14,7 +14,8 @@ from kiln import tir
 from kiln.codegen.c_source import generate
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.tir import FloorDiv, FloorMod, IntImm
 from tests.codegen.conftest import requires_gcc
 

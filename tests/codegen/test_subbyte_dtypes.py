@@ -167,7 +167,7 @@ def test_float64_to_float16_rounds_once_like_numpy(cache):
 
 
 def casts_compile_like_interpreter(x: np.ndarray, attrs: list[dict]) -> None:
-    from kiln.runtime.executor import build as build_executor
+    from kiln.compiler.lower import build_graph_executor as build_executor
 
     v = Var("x", TensorType(x.shape, from_numpy(x.dtype)))
     mod = IRModule({"main": Function((v,), Tuple([get_op("math.cast")(v, **a) for a in attrs]))})
@@ -258,7 +258,7 @@ BIT_CASTS = [("int4", "uint4"), ("uint4", "int4"), ("int2", "uint2"), ("uint2", 
 @pytest.mark.parametrize("src,dst", BIT_CASTS)
 def test_bit_cast_sub_byte_compiles_like_interpreter(src, dst):
     """Every code, bit-cast alone and fused with a cast to float32 (the value in the register)."""
-    from kiln.runtime.executor import build as build_executor
+    from kiln.compiler.lower import build_graph_executor as build_executor
 
     codes = np.arange(16 if "4" in src else 4, dtype=np.uint8)
     x = codes[rng.integers(0, codes.size, (5, 13))].view(to_numpy(src))

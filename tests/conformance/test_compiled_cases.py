@@ -39,7 +39,7 @@ def run_case(name: str) -> list[str]:
     """Build the case's model with the compiled executor, check every data set; returns why each group
     that ran on the host (no kernel ahead of time, none specialized at run time) did so."""
     from kiln.frontend.onnx import from_onnx
-    from kiln.runtime.executor import build
+    from kiln.compiler.lower import build_graph_executor as build
 
     tc = node_cases()[name]
     mod = from_onnx(tc.model)

@@ -11,7 +11,7 @@ import pytest
 
 import kiln
 from kiln import models
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.models.harness import ATOL, RTOL, SMALL, feeds_for, onnxruntime_outputs
 
 # What runs on the host today, per model: one regex per host group (matched as a multiset). Every

@@ -13,7 +13,7 @@ from kiln.ir import ANY, Constant, Function, OptionalType, SeqType, SizeVar, Ten
 from kiln.ir.expr import absent
 from kiln.op import get_op
 from kiln.op.control import ScanAttrs, join_carried
-from kiln.runtime.interpreter import evaluate, run_function
+from kiln.op.interpreter import evaluate, run_function
 from tests.helpers import BOOL, I64, F
 
 ort = pytest.importorskip("onnxruntime")

@@ -12,7 +12,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir.types import ANY, SizeVar, TensorType
 from kiln.op import get_op
 from kiln.op.linalg import EinsumAttrs, GemmAttrs
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 from tests.helpers import F, model
 from tests.op.test_reduce import check_vs_ort, infer, rand
 

@@ -16,7 +16,7 @@ from kiln.ir.expr import Constant, Var
 from kiln.ir.types import ANY, SizeVar, TensorType, TupleType
 from kiln.op import get_op
 from kiln.op.nn import AveragePoolAttrs, ConvAttrs, DeformConvAttrs, DropoutAttrs, MaxPoolAttrs, MaxUnpoolAttrs
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.op import get_op
 from kiln.op.norm import BatchNormAttrs, LayerNormAttrs
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 from tests.op.test_nn import check_vs_ort, f32, infer, one_node_model, rand
 
 N, L = SizeVar("N"), SizeVar("L")

@@ -13,7 +13,7 @@ from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Var, absent
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.op.registry import get_op
-from kiln.runtime.interpreter import run_op
+from kiln.op.interpreter import run_op
 from tests.helpers import model
 
 ort = pytest.importorskip("onnxruntime")

@@ -11,7 +11,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir import SizeVar, TensorType, Var
 from kiln.op import get_op
 from kiln.op.random import BernoulliAttrs, MultinomialAttrs, RandomNormalAttrs, RandomUniformAttrs
-from kiln.runtime.interpreter import evaluate, run_op
+from kiln.op.interpreter import evaluate, run_op
 
 N = SizeVar("N")
 

@@ -16,7 +16,7 @@ from kiln.ir.expr import Constant, Var
 from kiln.ir.types import ANY, SizeVar, TensorType, TupleType
 from kiln.op import get_op
 from kiln.op.reduce import ArgReduceAttrs, CumAttrs, LossAttrs, ReduceAttrs, SoftmaxAttrs
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 from tests.helpers import F, model
 
 ort = pytest.importorskip("onnxruntime")

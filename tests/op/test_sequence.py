@@ -11,7 +11,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir import ANY, Constant, Function, OptionalType, SeqType, SizeVar, TensorType, Tuple, Var
 from kiln.op import get_op
 from kiln.op.sequence import ConcatFromSequenceAttrs, OptionalAttrs, SplitToSequenceAttrs
-from kiln.runtime.interpreter import evaluate, run_function, run_op
+from kiln.op.interpreter import evaluate, run_function, run_op
 from tests.helpers import I64, F
 
 ort = pytest.importorskip("onnxruntime")

@@ -11,7 +11,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir import ANY, SizeVar, TensorType, Var
 from kiln.op import get_op
 from kiln.op.string import RegexFullMatchAttrs, StringNormalizerAttrs, StringSplitAttrs, strings
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 
 ort = pytest.importorskip("onnxruntime")
 S = TensorProto.STRING

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import kiln
 from kiln.frontend.onnx import from_onnx
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import BOOL, F, I64, model
 

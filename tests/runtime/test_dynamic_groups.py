@@ -16,7 +16,8 @@ from kiln.ir.dtype import from_numpy
 from kiln.models import bert_tiny
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.op import get_op
-from kiln.runtime.executor import build, primitive_functions
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.runtime.executor import primitive_functions
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import F, I64, model
 

@@ -12,8 +12,9 @@ import kiln
 from kiln.errors import InputError
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.aot import AotModule
-from kiln.runtime.shape_specialized import ShapeSpecialized, with_input_shapes
+from kiln.runtime.aot_executor import AotExecutor
+from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.compiler.model_dims import with_input_shapes
 from tests.codegen.conftest import requires_gcc
 
 pytestmark = requires_gcc
@@ -48,7 +49,7 @@ def test_each_input_shape_gets_a_static_build(cnn):
         np.testing.assert_allclose(m.run({"image": x})[0], kiln.evaluate(mod, {"image": x})[0], rtol=1e-4, atol=1e-6)
     built = m.per_shape.built
     assert list(built) == [((3, 3, 6, 6),), ((1, 3, 6, 6),)]  # batch 1 used last
-    assert all(isinstance(a, AotModule) for a in built.values()) and not m.per_shape.refused
+    assert all(isinstance(a, AotExecutor) for a in built.values()) and not m.per_shape.refused
 
 
 def test_input_errors_name_the_input(cnn):
@@ -61,9 +62,13 @@ def test_input_errors_name_the_input(cnn):
         m.run({})
 
 
+def _aot_build(mod):
+    return lambda shapes: kiln.build(with_input_shapes(mod, shapes), executor="aot").runner
+
+
 def test_least_recently_used_build_goes_first_for_a_shape_seen_twice(cnn):
     mod, m = cnn
-    per_shape = ShapeSpecialized(mod, m.runner, lambda s: kiln.build(s, executor="aot").runner, limit=2)
+    per_shape = ShapeSpecialized(mod, m.runner, _aot_build(mod), limit=2)
     for batch in (1, 2, 1, 4):
         per_shape.run({"image": _image(batch)})
     assert list(per_shape.built) == [((2, 3, 6, 6),), ((1, 3, 6, 6),)]  # full: batch 4 ran on the graph executor
@@ -75,8 +80,7 @@ def test_least_recently_used_build_goes_first_for_a_shape_seen_twice(cnn):
 
 def test_no_builds_past_the_limit_of_builds(cnn):
     mod, m = cnn
-    per_shape = ShapeSpecialized(mod, m.runner, lambda s: kiln.build(s, executor="aot").runner, limit=1,
-                                 max_builds=2)
+    per_shape = ShapeSpecialized(mod, m.runner, _aot_build(mod), limit=1, max_builds=2)
     for batch in (1, 2, 2, 3, 3, 3):
         x = _image(batch, seed=batch)
         np.testing.assert_allclose(per_shape.run({"image": x})[0], kiln.evaluate(mod, {"image": x})[0],

@@ -6,7 +6,7 @@ import numpy as np
 from onnx import helper
 
 import kiln
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.helpers import F, I64, model
 
 

@@ -11,7 +11,8 @@ from kiln.ir import Function, IRModule, Var
 from kiln.ir.types import ANY, TensorType
 from kiln.op import get_op
 from kiln.runtime import specialize
-from kiln.runtime.executor import build
+from kiln.compiler import specialize as compile_specialized
+from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 
 pytestmark = requires_gcc
@@ -59,7 +60,7 @@ def test_a_lowering_bug_runs_on_the_host_and_says_so(monkeypatch):
     def broken(fn, name):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(specialize, "lower_primitive", broken)
+    monkeypatch.setattr(compile_specialized, "lower_primitive", broken)
     cm = build(_open_transpose())
     _run(cm, (2, 3, 4))
     (why,) = cm.ran_on_host.values()

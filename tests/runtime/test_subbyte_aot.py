@@ -14,7 +14,7 @@ from kiln.codegen import CompileCache
 from kiln.ir import Constant, Function, IRModule, Tuple, Var
 from kiln.ir.types import TensorType
 from kiln.op import get_op
-from kiln.runtime.aot import build_aot
+from kiln.compiler.aot import build_aot
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 

@@ -92,7 +92,7 @@ def test_every_nest_keeps_meaning_through_the_pipeline():
 
 def test_compiled_concat_after_upsample_matches_the_interpreter():
     import kiln
-    from kiln.runtime.interpreter import evaluate
+    from kiln.op.interpreter import evaluate
     from onnx import helper, numpy_helper
 
     from tests.helpers import F, model

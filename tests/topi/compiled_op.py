@@ -11,7 +11,8 @@ from kiln.ir import IRModule
 from kiln.ir.dtype import from_numpy
 from kiln.ir.types import SizeVar
 from kiln.op import get_op
-from kiln.runtime.executor import CompiledModule, build
+from kiln.runtime.executor import GraphExecutor
+from kiln.compiler.lower import build_graph_executor as build
 from tests.helpers import one_op_module
 
 TOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 1e-2}
@@ -25,7 +26,7 @@ def op_module(name: str, arrays: Sequence[np.ndarray | None], dims: dict[tuple[i
 
 
 def run_compiled(mod: IRModule, arrays_list: Sequence[Sequence[np.ndarray | None]], name: str,
-                 host_ok: bool = False, **attrs) -> CompiledModule:
+                 host_ok: bool = False, **attrs) -> GraphExecutor:
     """Build `mod` once, run it on each input set and check every output against the reference."""
     cm = build(mod)
     if not host_ok:

@@ -14,7 +14,8 @@ import kiln
 from kiln.codegen.c_source import generate
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.transform import PassContext
 from kiln.transform.layout import choose_block, default_block
 

@@ -16,7 +16,8 @@ from kiln.codegen.c_source import generate
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.topi.knobs import applying
 from kiln.transform import PassContext
 from kiln.transform.layout_rules import transform

@@ -17,7 +17,8 @@ from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
 from kiln.op import get_op
 from kiln.codegen.c_source import generate
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import budget, default_tiles
 from kiln.transform import PassContext

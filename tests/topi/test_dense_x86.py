@@ -16,7 +16,8 @@ import kiln.topi.schedule_dense as schedule_dense
 import kiln.topi.schedule_dispatch as dispatch
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import fuse, lower_groups
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import lower_groups
 from kiln.topi.knobs import KnobSpace, applying
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -213,7 +214,7 @@ def test_batched_product_runs_its_batch_in_parallel():
 @pytest.mark.parametrize("nr", [8, 16, 24])
 def test_other_panel_widths_avx2_sized(nr):
     """The panel width an AVX2 host gets (16 floats), and widths that are not a vector multiple."""
-    from kiln.runtime.executor import build
+    from kiln.compiler.lower import build_graph_executor as build
     from kiln.transform import PassContext
 
     a = Var("a", TensorType((14, 50), F32))

@@ -10,7 +10,8 @@ import pytest
 from kiln import te
 from kiln.codegen.c_source import generate
 from kiln.op import get_op
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.topi.x86_rowwise import NAMES, instance_eligible
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import one_op_module

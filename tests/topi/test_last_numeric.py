@@ -13,7 +13,7 @@ from kiln.ir.expr import Function, Var
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.op import get_op
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from tests.topi.harness import rand
 from tests.topi.test_misc_numeric import compiled_vs_interpreter
 

@@ -67,7 +67,7 @@ def _var(name, a, symbolic=()):
 @requires_gcc
 @pytest.mark.parametrize("reduction", ["none", "mean"])
 def test_compiled_losses(reduction):
-    from kiln.runtime.executor import build
+    from kiln.compiler.lower import build_graph_executor as build
 
     x, target, w = _inputs((4, 5, 3), "float32", "int64", True, 3)
     vx, vt, vw = _var("x", x), _var("t", target), _var("w", w)

@@ -124,7 +124,7 @@ def _var(name, a, symbolic=()):
 
 
 def _compiled_matches(mod, feeds_list, tol=1e-5):
-    from kiln.runtime.executor import build
+    from kiln.compiler.lower import build_graph_executor as build
 
     cm = build(mod)
     assert cm.host_groups == [], cm.host_groups

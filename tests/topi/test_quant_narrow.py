@@ -25,7 +25,7 @@ FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
 def compiled_matches_interpreter(build_outputs, feeds: dict[str, np.ndarray]) -> None:
     """build_outputs(vars by name) -> output exprs; the compiled module runs nothing on the host and
     gives the interpreter's values bit for bit (NaN anywhere the interpreter has NaN)."""
-    from kiln.runtime.executor import build
+    from kiln.compiler.lower import build_graph_executor as build
 
     vs = {k: Var(k, TensorType(a.shape, from_numpy(a.dtype))) for k, a in feeds.items()}
     outs = build_outputs(vs)

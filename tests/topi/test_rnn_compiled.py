@@ -125,7 +125,8 @@ def test_symbolic_sequence_and_batch_one_kernel_for_every_size():
 
 
 def test_kernel_is_one_serial_time_loop_around_vectorized_nests():
-    from kiln.runtime.executor import fuse, lower_groups
+    from kiln.compiler.fuse import fuse
+    from kiln.compiler.lower import lower_groups
     from kiln.transform import PassContext
 
     rng = np.random.default_rng(4)

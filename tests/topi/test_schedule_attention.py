@@ -13,7 +13,8 @@ import kiln
 import kiln.topi.schedule_dispatch as dispatch
 from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import fuse, lower_groups
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import lower_groups
 from kiln.topi.knobs import applying
 from tests.topi.conftest import recording
 

@@ -11,7 +11,8 @@ import kiln
 from kiln.codegen.c_source import generate
 from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from kiln.transform import PassContext
 from tests.topi.conftest import SCHEDULE_TEST
 

@@ -9,7 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import kiln
-from kiln.runtime.interpreter import evaluate
+from kiln.op.interpreter import evaluate
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import F, model
 from tests.topi.test_vmath import _run, _ulps, _whole_range

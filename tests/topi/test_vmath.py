@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from kiln.codegen.c_source import generate
-from kiln.runtime.executor import build, fuse, lower_groups
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.fuse import fuse
 from tests.codegen.conftest import requires_gcc
 from tests.topi.compiled_op import op_module
 

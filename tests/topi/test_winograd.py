@@ -16,7 +16,7 @@ from kiln.ir.visitor import post_order
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
 from kiln.op.winograd import transform_weight, winograd_matrices
-from kiln.runtime.executor import build
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.transform import PassContext
 from kiln.transform.layout_rules import transform
 from tests.helpers import op_names

@@ -12,7 +12,8 @@ from onnx import helper, numpy_helper
 import kiln
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
-from kiln.runtime.executor import build, fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.fuse import fuse
 from tests.helpers import F, model
 
 RNG = np.random.default_rng(0)

@@ -130,7 +130,8 @@ def test_bad_panels_raise_type_error():
 
 
 def test_a_large_unidirectional_step_runs_its_gate_product_in_parallel():
-    from kiln.runtime.executor import fuse, lower_groups
+    from kiln.compiler.fuse import fuse
+    from kiln.compiler.lower import lower_groups
 
     arrays = _arrays("nn.lstm", (2, 1, 3, 300), 1, "float32", 0, True, False, False, False, np.random.default_rng(5))
     kernels, _, _ = lower_groups(fuse(_module("nn.lstm", {}, arrays)))
@@ -140,7 +141,8 @@ def test_a_large_unidirectional_step_runs_its_gate_product_in_parallel():
 
 
 def test_bidirectional_recurrence_is_a_parallel_lane_loop_around_the_time_loop():
-    from kiln.runtime.executor import fuse, lower_groups
+    from kiln.compiler.fuse import fuse
+    from kiln.compiler.lower import lower_groups
 
     arrays = _arrays("nn.lstm", (6, 2, 3, 16), 2, "float32", 0, True, True, True, True, np.random.default_rng(4))
     kernels, _, host = lower_groups(fuse(_module("nn.lstm", dict(direction="bidirectional"), arrays)))

@@ -1,5 +1,5 @@
 import kiln
-from kiln.runtime.executor import fuse
+from kiln.compiler.fuse import fuse
 from kiln.tune.features import LOOP_FEATURES, features, loop_features
 from kiln.tune.tasks import extract_tasks, lower_with
 from tests.tune.models import tiny_model

@@ -7,7 +7,7 @@ import kiln
 from kiln.codegen.cache import CompileCache
 from kiln.codegen.backends import build_library
 from kiln.ir.dtype import to_numpy
-from kiln.runtime.executor import fuse
+from kiln.compiler.fuse import fuse
 from kiln.tir.expr import IntImm
 from kiln.tir.stmt import Buffer
 from kiln.tune.search import random_config

@@ -1,5 +1,5 @@
 import kiln
-from kiln.runtime.executor import fuse
+from kiln.compiler.fuse import fuse
 from kiln.tune.tasks import extract_tasks, group_text, knob_space, workload_key
 from tests.tune.models import tiny_model
 

@@ -2,12 +2,13 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime.executor import fuse
+from kiln.compiler.fuse import fuse
 from kiln.topi.schedule_generic import host_lanes
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.tasks import extract_tasks, host_target
-from kiln.tune.tuner import TuneOptions, tune
+from kiln.tune.tuner import TuneOptions
+from kiln.compiler.tune_model import tune_model
 from tests.tune.conftest import requires_gcc
 from tests.tune.models import tiny_model
 
@@ -22,8 +23,8 @@ def _feeds():
 def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
     path = tmp_path / "log.jsonl"
     seen = []
-    result = tune(kiln.from_onnx(tiny_model()), path, OPTIONS, progress=lambda s: seen.append((s.current, s.states[s.current].trials,
-                                                                                s.trials, s.total)))
+    result = tune_model(tiny_model(), path, OPTIONS,
+                        progress=lambda s: seen.append((s.current, s.states[s.current].trials, s.trials, s.total)))
     first = rec.load(path)
     assert len(first) == 4 and {r.target for r in first} == {host_target()}
     assert seen == [(0, 2, 2, 4), (1, 2, 4, 4)] and len(result.states) == 2
@@ -31,7 +32,7 @@ def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
         assert st.default_seconds is not None  # the default is always measured first
         assert st.best[1] <= st.default_seconds
     assert result.estimated(True) <= result.estimated(False)
-    again = tune(kiln.from_onnx(tiny_model()), path, OPTIONS)
+    again = tune_model(tiny_model(), path, OPTIONS)
     second = rec.load(path)[4:]
     assert len(second) == 4  # each batch measured the default again (its anchor), recording only the new configs
     old = {(r.key, tuple(sorted(r.config.items()))) for r in first}
@@ -124,7 +125,7 @@ def test_a_candidate_whose_outputs_differ_from_the_default_is_a_failure(tmp_path
 
     monkeypatch.setattr(tuner, "run_kernels", fake)
     path = tmp_path / "log.jsonl"
-    result = tune(kiln.from_onnx(tiny_model()), path, TuneOptions(trials=4, batch=2))
+    result = tune_model(tiny_model(), path, TuneOptions(trials=4, batch=2))
     logged = rec.load(path)
     assert [r.error is None for r in logged] == [True, False, True, False]
     assert all("wrong result" in r.error for r in logged if r.error)
@@ -153,7 +154,7 @@ def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monk
 
     monkeypatch.setattr(candidates, "lower_with", picky)
     path = tmp_path / "log.jsonl"
-    result = tune(kiln.from_onnx(tiny_model()), path, OPTIONS)
+    result = tune_model(tiny_model(), path, OPTIONS)
     failed = [r for r in rec.load(path) if r.error]
     assert failed and all(r.error.startswith("lower: RuntimeError") and r.seconds is None for r in failed)
     assert all(st.best is not None for st in result.states)  # the defaults (the host's lanes) still worked

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.errors import KilnError
-from kiln.runtime.memory_plan import ALIGN, MemoryLimitError, Step, plan_memory
+from kiln.compiler.memory_plan import ALIGN, MemoryLimitError, Step, plan_memory
 
 
 @st.composite

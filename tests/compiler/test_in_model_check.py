@@ -1,4 +1,4 @@
-"""kiln.runtime.in_model_check: tuning picks timed inside the model beside their defaults."""
+"""kiln.compiler.in_model_check: tuning picks timed inside the model beside their defaults."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import pytest
 import kiln
 from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.ir.types import SizeVar
-from kiln.runtime.executor import fuse
-from kiln.runtime.in_model_check import check_picks, group_seconds, paired_seconds, static_feeds
+from kiln.compiler.fuse import fuse
+from kiln.compiler.in_model_check import check_picks, group_seconds, paired_seconds, static_feeds
 from kiln.tune.records import IN_MODEL_MARGIN
 from kiln.tune.tasks import extract_tasks, host_target
 from tests.tune.conftest import requires_gcc

@@ -30,9 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.codegen import openmp_env
+from kiln.compiler.aot import build_aot
 from kiln.ir import dtype as dt
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
+from kiln.runtime.executor import primitive_functions
 from kiln.tune import records as rec
 from kiln.tune.apply import Tuned
 from kiln.tune.tasks import group_name, workload_key
@@ -63,9 +65,6 @@ def check_picks(mod: IRModule, configs: Mapping[str, Mapping[str, object]], targ
                 rounds: int, opt_level: int = 2, seed: int = 0) -> list[Check]:
     """Time the model's groups built with `configs` (workload key -> config) against the default
     schedules, in the model (see the module docstring); one Check per workload a pick applied to."""
-    from kiln.runtime.aot import build_aot
-    from kiln.runtime.executor import primitive_functions
-
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     tuned = Tuned(configs, target)

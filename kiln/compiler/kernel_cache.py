@@ -5,7 +5,7 @@ Key: the group's canonical text (kiln.tune.tasks.group_text) with the bytes of e
 knob config its schedule runs under, the target (compiler and CPU) and a digest of Kiln's own
 sources, so any change to the compiler invalidates every entry. Value: one JSON file (no pickle)
 holding the function's C with placeholder symbols (kiln.codegen.c_source.RenderedFunc) and its
-parameters (kiln.runtime.kernel_signature). A hit is a Kernel whose PrimFunc has the parameters and
+parameters (kiln.codegen.kernel_signature). A hit is a Kernel whose PrimFunc has the parameters and
 the rendering but no loops. Groups whose kernels call the runtime library or read sizes that are
 not parameters are never stored: the executor needs their loops. Files appear atomically.
 
@@ -35,7 +35,7 @@ from kiln.errors import ArtifactError
 from kiln.ir.expr import Constant, Function
 from kiln.ir.types import TupleType
 from kiln.ir.visitor import post_order
-from kiln.runtime.kernel_signature import decode_signature, encode_params
+from kiln.codegen.kernel_signature import decode_signature, encode_params
 from kiln.tir import expr as E
 from kiln.tir.functor import walk
 from kiln.tir.stmt import Evaluate, For, LetStmt, PrimFunc

@@ -1,0 +1,133 @@
+"""`kiln.build`: a model in, a CompiledModel out, with the fastest executor that can run it.
+
+The pipeline: import (ONNX -> IRModule) -> optimize and fuse -> lower -> codegen -> link.
+Static shapes and every fused group compilable: AOT (one C entry per inference). Otherwise the
+kernel-by-kernel executor, which binds symbolic dims at run time and runs what cannot compile on
+the host. Each stage is timed, and the build says whether gcc ran or the cache answered.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from kiln.codegen.cache import CompileCache
+from kiln.codegen.backends import build_library
+from kiln.compiler.aot import build_aot
+from kiln.compiler.compiled_model import CompiledModel
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import lower_groups
+from kiln.compiler.model_dims import is_static, with_input_shapes
+from kiln.compiler.report import BuildReport, CountingCache
+from kiln.compiler.specialize import compile_specialized
+from kiln.errors import AotError, KilnError
+from kiln.ir.module import IRModule
+from kiln.runtime import artifact
+from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.transform import PassContext, PassTiming
+from kiln.tune.apply import Tuned
+
+TARGETS = ("c",)
+EXECUTORS = ("auto", "aot", "graph")
+
+
+def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = "auto",
+          progress: Callable[[str], None] | None = None,
+          records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
+          pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
+          required_passes: Sequence[str] = ()) -> CompiledModel:
+    """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
+
+    executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
+    plus an AOT build per input shapes, made on the first run at those shapes, see
+    kiln.runtime.shape_specialized), "aot" (fail if it does not apply), or "graph" (kernel by kernel).
+    `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
+    or workload key -> config; each group with a record for this target is scheduled with its
+    fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
+    PassContext (config, disabled, required); an unknown pass name or config key is a KilnError."""
+    if target not in TARGETS:
+        raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
+    if executor not in EXECUTORS:
+        raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}))
+    report = BuildReport()
+    if not isinstance(model, IRModule):
+        from kiln.frontend.onnx import from_onnx
+
+        t0 = time.perf_counter()
+        model = from_onnx(model)
+        report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
+    tuned = _load_records(records, report, progress) if records is not None else None
+    static = is_static(model)
+    if executor == "aot" or (executor == "auto" and static):
+        try:
+            return _build_aot(model, ctx, report, progress, tuned)
+        except AotError as e:
+            if executor == "aot":
+                raise
+            if progress is not None:
+                progress(f"AOT does not apply ({e}); using the graph executor")
+    compiled = _build_graph(model, ctx, report, progress, tuned)
+    if executor == "auto" and not static:
+        compiled.per_shape = ShapeSpecialized(model, compiled.runner, lambda shapes: build_aot(
+            with_input_shapes(model, shapes), opt_level, ctx=ctx, cache=CompileCache(), tuned=tuned))
+        if progress is not None:
+            progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
+    return compiled
+
+
+def _load_records(records: Any, report: BuildReport, progress: Callable[[str], None] | None) -> Tuned:
+    t0 = time.perf_counter()
+    tuned = Tuned.load(records)
+    where = f" from {records}" if isinstance(records, (str, os.PathLike)) else ""
+    report.add("records", time.perf_counter() - t0, f"{len(tuned.configs)} tuned workload(s){where}", progress)
+    return tuned
+
+
+def _tuned_note(tuned: Tuned | None) -> str:
+    return f" ({len(tuned.applied)} with tuned schedules)" if tuned is not None else ""
+
+
+def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
+               progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
+    timing, cache = PassTiming(), CountingCache()
+    t0 = time.perf_counter()
+    opt_level = ctx.opt_level
+    aot = build_aot(mod, opt_level, ctx=replace(ctx, instruments=[timing]), cache=cache, tuned=tuned)
+    total = time.perf_counter() - t0
+    passes = sum(t for _, t in timing.times)
+    kernels = len(aot.library.source.functions)
+    report.add("passes", passes, f"{len(timing.times)} pass runs", progress)
+    report.add("lower", total - passes - cache.seconds,
+               f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
+    _compiled(report, cache, kernels, progress)
+    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned)
+
+
+def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
+                 progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
+    timing, cache = PassTiming(), CountingCache()
+    t0 = time.perf_counter()
+    opt_level = ctx.opt_level
+    fused = fuse(mod, opt_level, replace(ctx, instruments=[timing]))
+    report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
+    t0 = time.perf_counter()
+    lowered, kernel_of, host = lower_groups(fused, tuned)
+    report.add("lower", time.perf_counter() - t0,
+               f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
+               progress)
+    lib = build_library([k.func for k in lowered], "model", cache=cache) if lowered else None
+    _compiled(report, cache, len(lowered), progress)
+    cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
+    return CompiledModel(fused, "graph", cm, opt_level, report, tuned)
+
+
+def _compiled(report: BuildReport, cache: CountingCache, kernels: int, progress: Callable[[str], None] | None):
+    report.kernels, report.compiled, report.cached = kernels, cache.misses, cache.hits
+    how = "from the compile cache" if cache.hits and not cache.misses else "compiled by gcc" if cache.misses else "-"
+    report.add("compile", cache.seconds, f"{kernels} kernels in one library, {how}", progress)
+
+

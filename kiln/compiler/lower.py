@@ -1,0 +1,66 @@
+"""Lowering: each distinct fused group to one kernel, and the graph executor over them.
+
+`lower_groups` lowers every Primitive function once (structurally equal groups share a kernel);
+`build_graph_executor` is the whole pipeline for the kernel-by-kernel executor: optimize and fuse,
+lower, compile the kernels into one library, bind them to their groups.
+"""
+
+from __future__ import annotations
+
+from kiln.codegen.kernel_binding import reads_unbound_size, size_bindings
+from kiln.codegen.lower_fused import Kernel
+from kiln.codegen.backends import build_library
+from kiln.compiler.fuse import fuse
+from kiln.compiler.kernel_cache import KernelCache
+from kiln.compiler.specialize import compile_specialized
+from kiln.errors import KilnError
+from kiln.ir.expr import Function
+from kiln.ir.module import IRModule
+from kiln.ir.structural import structural_equal, structural_hash
+from kiln.runtime.artifact import assemble
+from kiln.runtime.executor import GraphExecutor, primitive_functions
+from kiln.transform import PassContext
+from kiln.tune.apply import Tuned
+
+
+def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None
+                 ) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+    """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
+    kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
+    records' configs: a group whose workload has one is scheduled with it. `kernels`: where lowered
+    groups are cached (default: under the default cache directory)."""
+    lowered: list[Kernel] = []
+    host: list[str] = []
+    by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
+    alias: dict[int, Kernel] = {}
+    kernels = kernels or KernelCache()
+    for n, fn in enumerate(primitive_functions(fused)):
+        same = next((k for f, k in by_hash.get(structural_hash(fn), []) if structural_equal(f, fn)), None)
+        if same is not None:
+            alias[id(fn)] = same
+            continue
+        try:
+            # NOTE: a group the C backend cannot spell must not sink the whole library (the cache renders it)
+            k = kernels.lower(fn, f"fused_{n}", tuned)
+        except KilnError as err:
+            host.append(str(err))
+            continue
+        except Exception as err:  # a lowering bug: keep the model running (on the host) and say so
+            host.append(f"fused_{n}: lowering failed ({type(err).__name__}: {err})")
+            continue
+        if size_bindings(k) is None or reads_unbound_size(k):
+            host.append(f"{k.func.name}: a size inside the group is known from neither the input sizes nor the "
+                        f"output shapes")
+            continue
+        lowered.append(k)
+        by_hash.setdefault(structural_hash(fn), []).append((fn, k))
+        alias[id(fn)] = k
+    return lowered, alias, host
+
+
+def build_graph_executor(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> GraphExecutor:
+    """Optimize, fuse, lower and compile `mod`; returns a GraphExecutor whose `run` executes it."""
+    fused = fuse(mod, opt_level, ctx)
+    lowered, alias, host = lower_groups(fused)
+    lib = build_library([k.func for k in lowered], "model") if lowered else None
+    return assemble(fused, alias, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
