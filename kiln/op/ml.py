@@ -130,7 +130,7 @@ def _label_ref(attrs: LabelEncoderAttrs, x):
     return out.reshape(x.shape)
 
 
-label_encoder = define_op("ml.label_encoder", pattern=ELEMWISE, attrs=LabelEncoderAttrs,
+label_encoder = define_op("ml.label_encoder", host_only=True, pattern=ELEMWISE, attrs=LabelEncoderAttrs,
                           infer=_label_rel, ref=_label_ref,
                           doc="Map each element through the keys_* -> values_* table (default_* if absent).")
 

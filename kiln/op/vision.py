@@ -695,7 +695,7 @@ def _image_decoder_ref(attrs: ImageDecoderAttrs, stream):
     return np.ascontiguousarray(px[:, :, ::-1] if attrs.pixel_format == "BGR" else px)
 
 
-image_decoder = define_op("vision.image_decoder", pattern=OPAQUE, attrs=ImageDecoderAttrs,
+image_decoder = define_op("vision.image_decoder", host_only=True, pattern=OPAQUE, attrs=ImageDecoderAttrs,
                           infer=_image_decoder_rel, ref=_image_decoder_ref,
                           doc="Decode a BMP / PNG / PNM / TIFF byte stream to an (H, W, C) uint8 image "
                               "in RGB, BGR or Grayscale.")
