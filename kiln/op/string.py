@@ -178,7 +178,7 @@ def _tfidf_rel(attrs: TfIdfVectorizerAttrs, types, values) -> TensorType:
     return TensorType(None if x.shape is None else x.shape[:-1] + (width,), "float32")
 
 
-def _ngram_columns(attrs: TfIdfVectorizerAttrs) -> dict[tuple, int]:
+def ngram_columns(attrs: TfIdfVectorizerAttrs) -> dict[tuple, int]:
     """Every pool n-gram (as a tuple) -> its output column. Pool n-grams are numbered in order,
     the n-grams of size k occupying pool[ngram_counts[k-1]:ngram_counts[k]]."""
     pool = _pool(attrs)
@@ -203,7 +203,7 @@ def _count_row(row: list, columns: dict[tuple, int], attrs: TfIdfVectorizerAttrs
 
 
 def _tfidf_ref(attrs: TfIdfVectorizerAttrs, x):
-    columns = _ngram_columns(attrs)
+    columns = ngram_columns(attrs)
     width = max(attrs.ngram_indexes) + 1
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
     counts = np.zeros((rows.shape[0], width), np.float32)

@@ -112,6 +112,21 @@ def static_shape(name: str, x: Tensor) -> tuple[int, ...]:
     return tuple(d.value for d in x.shape)
 
 
+def static_dim(name: str, d: tir.PrimExpr, what: str) -> int:
+    """Dim d as an int; ComputeError when it is symbolic."""
+    if not isinstance(d, tir.IntImm):
+        raise ComputeError(f"{name}: {what} must be static, got {d}")
+    return d.value
+
+
+F64 = "float64"
+
+
+def f64(v: float) -> tir.PrimExpr:
+    """A float64 immediate: computes that follow a float64 reference compute in it."""
+    return tir.const(float(v), F64)
+
+
 def is_one(d: tir.PrimExpr) -> bool:
     return isinstance(d, tir.IntImm) and d.value == 1
 
