@@ -43,6 +43,10 @@ TypeRel = Callable[[Any, list, list], Type]
 
 @dataclass(frozen=True, eq=False)
 class OpDef(Op):
+    """One operator. Frozen and hashed by identity: every Call of it shares this record. `compute` and
+    `runtime_dims` belong to kiln.topi (a layer above: computes need te), which attaches them once
+    through attach_compute / mark_runtime_dims rather than a mutable side table keyed by name."""
+
     name: str
     pattern: Pattern
     type_rel: TypeRel
@@ -57,11 +61,8 @@ class OpDef(Op):
     runtime_dims: bool = field(default=False, init=False)  # compute is correct on dims known only at run time
 
     def attach_compute(self, fn: Callable[..., Any]) -> None:
-        """Attach the te compute; kiln.topi.registry.register_compute is its one caller.
-
-        The compute lives in topi (it needs te), a layer above op, so it is attached after the record
-        exists. NOTE: the record stays frozen for everyone else (it is hashed by identity and shared by
-        every Call); this and mark_runtime_dims are the only writes, each once per operator."""
+        """Attach the te compute (kiln.topi.registry.register_compute calls this); set once.
+        NOTE: object.__setattr__ here and in mark_runtime_dims are the only writes to the frozen record."""
         if self.host_only:
             raise ValueError(f"{self.name} is host_only: it cannot have a compute")
         if self.compute is not None:
