@@ -13,7 +13,6 @@ from kiln.errors import TypeInferenceError
 from kiln.ir.types import ANY, Dim, TensorType
 from kiln.op.typerel import check_dtype, norm_axis, tensor
 
-
 INDEX = ("int32", "int64")
 I64 = np.int64
 
@@ -29,6 +28,7 @@ def padded(items: list, n: int) -> list:
 
 
 def index_input(t, what: str, dtypes: Sequence[str] = INDEX) -> TensorType:
+    """A tensor input whose dtype must be an index type (indices, shapes, axes ...)."""
     t = tensor(t, what)
     check_dtype(t, dtypes, what)
     return t
@@ -48,11 +48,13 @@ def index_vector(t, what: str, dtypes: Sequence[str] = ("int64",)) -> int | None
 
 
 def check_rank(t: TensorType, lo: int, what: str = "input") -> None:
+    """An input of at least rank lo (an unknown rank passes)."""
     if t.shape is not None and len(t.shape) < lo:
         raise TypeInferenceError(f"{what} must have rank >= {lo}, got shape {t.shape}")
 
 
 def norm_axes(axes: Sequence[int], rank: int | None, what: str = "axes") -> tuple[int, ...]:
+    """Axes made non-negative; naming an axis twice is an error."""
     out = tuple(norm_axis(a, rank, what) for a in axes)
     if len(set(out)) != len(out):
         raise TypeInferenceError(f"{what} {tuple(axes)} name an axis twice")
@@ -98,4 +100,5 @@ def unify_dim(a: Dim, b: Dim, what: str) -> Dim:
 
 
 def zero_of(dtype: np.dtype):
+    """The zero of a numpy dtype as a scalar ("" for strings, which numpy stores as objects)."""
     return "" if dtype == np.dtype(object) else np.zeros((), dtype)[()]
