@@ -24,7 +24,7 @@ from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
 from kiln.tir.transform import lower_passes
-from kiln.topi.registry import RUNTIME_DIMS, compute_call
+from kiln.topi.registry import compute_call
 from kiln.op.registry import COMM_REDUCE, OUT_EWISE_FUSABLE
 from kiln.topi.schedule_dispatch import schedule_group
 
@@ -105,7 +105,7 @@ def lower_primitive(fn: Function, name: str, *, passes: bool = True) -> Kernel:
         if isinstance(e, Constant):
             env[id(e)] = _constant_tensor(e, consts)
         elif isinstance(e, Call) and isinstance(e.op, Op):
-            if e.op.pattern != Pattern.ELEMWISE and not getattr(e.op, "extra", {}).get(RUNTIME_DIMS) \
+            if e.op.pattern != Pattern.ELEMWISE and not getattr(e.op, "runtime_dims", False) \
                     and any(_has_unknown_dim(a.type) for a in e.args):
                 raise LoweringError(f"{name}: {e.op.name} on dims only known at run time (which of them "
                                     f"broadcast is decided by the data)")

@@ -1,4 +1,5 @@
-"""ONNX converters for kiln/op/tensor.py.
+"""ONNX converters for the tensor operator families (kiln/op/reshape.py, concat_slice.py, gather_scatter.py,
+pad_tile.py, blocks.py, creation.py, selection.py).
 
 Older opsets pass axes, split, pads, starts/ends and K as attributes; the converters turn those
 into Constant inputs, the form of the latest opset that the tensor ops take.
@@ -14,7 +15,9 @@ import onnx
 from kiln.frontend.onnx import Node, call, converter, onnx_attrs_to, outputs, simple, tensor_value
 from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Expr
-from kiln.op.tensor import EyeLikeAttrs, RangeAttrs, ScatterElementsAttrs, SplitAttrs
+from kiln.op.concat_slice import SplitAttrs
+from kiln.op.creation import EyeLikeAttrs, RangeAttrs
+from kiln.op.gather_scatter import ScatterElementsAttrs
 
 for _onnx, _kiln in [("Flatten", "tensor.flatten"), ("Transpose", "tensor.transpose"),
                      ("Gather", "tensor.gather"), ("GatherElements", "tensor.gather_elements"),

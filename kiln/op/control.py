@@ -138,7 +138,7 @@ def _loop_ref(attrs, body, trip_count=None, cond=None, *init):
     return tuple(carried) + tuple(scans)
 
 
-loop = define_op("control.loop", pattern=OPAQUE, inputs=(1, None), infer=_loop_rel, ref=_loop_ref,
+loop = define_op("control.loop", host_only=True, pattern=OPAQUE, inputs=(1, None), infer=_loop_rel, ref=_loop_ref,
                  doc="Loop(body, M?, cond?, carried...): ONNX Loop; results are the final carried "
                      "values then the per-iteration scan outputs stacked along a new axis 0.")
 
@@ -225,7 +225,7 @@ def _scan_ref(attrs: ScanAttrs, body, *args):
     return tuple(states) + tuple(scans)
 
 
-scan = define_op("control.scan", pattern=OPAQUE, attrs=ScanAttrs, inputs=(2, None), infer=_scan_rel,
+scan = define_op("control.scan", host_only=True, pattern=OPAQUE, attrs=ScanAttrs, inputs=(2, None), infer=_scan_rel,
                  ref=_scan_ref,
                  doc="Scan(body, states..., scan_inputs...) (ONNX Scan-9+): results are the final "
                      "states then the per-iteration outputs stacked along scan_output_axes.")
@@ -253,5 +253,6 @@ def _guard_ref(attrs: GuardAttrs, cond, value):
 
 
 guard = define_op("control.guard", pattern=OPAQUE, attrs=GuardAttrs, inputs=2, infer=_guard_rel, ref=_guard_ref,
+                  host_only=True,
                   doc="`value` when the condition equals `expect`, else an error. An ONNX If whose other "
                       "branch fails type inference for the static input types becomes a guard.")

@@ -31,7 +31,7 @@ COMPARABLE = dt.NUMERIC + ("bool", "string")
 # type relations
 
 
-def _choice(value, allowed: tuple, what: str) -> None:
+def check_choice(value, allowed: tuple, what: str) -> None:
     if value not in allowed:
         raise TypeInferenceError(f"{what} is {value!r}; expected one of {', '.join(map(repr, allowed))}")
 
@@ -252,7 +252,7 @@ softplus = _activation("nn.softplus", None, lambda a, x: _softplus(x), doc="log(
 softsign = _activation("nn.softsign", None, lambda a, x: x / (1 + np.abs(x)))
 mish = _activation("nn.mish", None, lambda a, x: x * np.tanh(_softplus(x)))
 gelu = _activation("nn.gelu", GeluAttrs, _gelu,
-                   check=lambda a: _choice(a.approximate, ("none", "tanh"), "approximate"))
+                   check=lambda a: check_choice(a.approximate, ("none", "tanh"), "approximate"))
 swish = _activation("nn.swish", SwishAttrs, lambda a, x: x * np_sigmoid(a.alpha * x))
 thresholded_relu = _activation("nn.thresholded_relu", ThresholdedReluAttrs,
                                lambda a, x: np.where(x > a.alpha, x, 0))
@@ -302,7 +302,7 @@ def _mod_ref(a: ModAttrs, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 mod = define_op("math.mod", pattern=BROADCAST, inputs=2, attrs=ModAttrs, ref=_mod_ref,
-                infer=nary_rel(dt.NUMERIC, check=lambda a: _choice(a.fmod, (0, 1), "fmod")),
+                infer=nary_rel(dt.NUMERIC, check=lambda a: check_choice(a.fmod, (0, 1), "fmod")),
                 doc="Remainder with the sign of y (fmod=0) or of x (fmod=1, C fmod).")
 
 
@@ -367,7 +367,7 @@ def _bit_shift_ref(a: BitShiftAttrs, x: np.ndarray, y: np.ndarray) -> np.ndarray
 
 
 bit_shift = define_op("math.bit_shift", pattern=BROADCAST, inputs=2, attrs=BitShiftAttrs, ref=_bit_shift_ref,
-                      infer=nary_rel(dt.INTS, check=lambda a: _choice(a.direction, ("LEFT", "RIGHT"),
+                      infer=nary_rel(dt.INTS, check=lambda a: check_choice(a.direction, ("LEFT", "RIGHT"),
                                                                             "direction")),
                       doc="x << y or x >> y (arithmetic for signed x).")
 
@@ -444,9 +444,9 @@ class CastAttrs:
 
 
 def _cast_rel(attrs: CastAttrs, types, values):
-    _choice(attrs.to, dt.ALL, "to")
-    _choice(attrs.saturate, (0, 1), "saturate")
-    _choice(attrs.round_mode, ROUND_MODES, "round_mode")
+    check_choice(attrs.to, dt.ALL, "to")
+    check_choice(attrs.saturate, (0, 1), "saturate")
+    check_choice(attrs.round_mode, ROUND_MODES, "round_mode")
     return TensorType(tensor(types[0]).shape, attrs.to)
 
 
@@ -551,7 +551,7 @@ def bit_width(name: str) -> int:
 
 def _bit_cast_rel(attrs: BitCastAttrs, types, values):
     x = tensor(types[0])
-    _choice(attrs.to, dt.ALL, "to")
+    check_choice(attrs.to, dt.ALL, "to")
     if "string" in (x.dtype, attrs.to):
         raise TypeInferenceError("BitCast does not apply to strings")
     if bit_width(x.dtype) != bit_width(attrs.to):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.op.elemwise import GeluAttrs, _choice, unary_rel
+from kiln.op.elemwise import GeluAttrs, check_choice, unary_rel
 from kiln.op.registry import ELEMWISE, define_op
 
 F32 = np.float32
@@ -128,4 +128,4 @@ fast_sigmoid = _op("nn.fast_sigmoid", lambda a, x: fast_sigmoid_f32(x),
 fast_gelu = _op("nn.fast_gelu", lambda a, x: fast_gelu_f32(x, a.approximate),
                 "0.5 x (1 + fast_erf(x / sqrt 2)), or with fast_tanh when approximate='tanh'. Max absolute "
                 "error 1.1e-6 where |gelu| < 1, relative 2.7e-7 above; inf/NaN as nn.gelu.",
-                GeluAttrs, check=lambda a: _choice(a.approximate, ("none", "tanh"), "approximate"))
+                GeluAttrs, check=lambda a: check_choice(a.approximate, ("none", "tanh"), "approximate"))

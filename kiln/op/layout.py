@@ -262,7 +262,7 @@ class Conv2dNHWCAttrs:
 
 
 conv2d_nhwc = define_op(
-    "nn.conv2d_nhwc", pattern=OUT_EWISE_FUSABLE, inputs=(2, 3), attrs=Conv2dNHWCAttrs,
+    "nn.conv2d_nhwc", host_only=True, pattern=OUT_EWISE_FUSABLE, inputs=(2, 3), attrs=Conv2dNHWCAttrs,
     infer=lambda a, t, v: _conv_layout_rel(a, t, "NHWC", a.kernel_layout, "NHWC", "C"),
     ref=lambda a, x, w, b=None: _conv_layout_ref(a, x, w, b, "NHWC", a.kernel_layout, "NHWC", "C"),
     doc="2-D grouped convolution of X (N, H, W, C) with W in kernel_layout (HWIO, OHWI, ...).")

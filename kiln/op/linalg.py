@@ -135,7 +135,7 @@ class EinsumAttrs:
     equation: str
 
 
-def _split_equation(equation: str) -> tuple[list[str], str]:
+def split_equation(equation: str) -> tuple[list[str], str]:
     """Operand terms and the explicit output term (implicit mode: labels seen once, ASCII order,
     after an ellipsis if any operand has one)."""
     eq = equation.replace(" ", "")
@@ -158,7 +158,7 @@ def _einsum_rel(attrs, types, values) -> TensorType:
     xs = [tensor(t, f"input {i}") for i, t in enumerate(types)]
     dtype = same_dtype(xs, "einsum inputs")
     check_dtype(xs[0], dt.NUMERIC, "inputs")
-    terms, out = _split_equation(attrs.equation)
+    terms, out = split_equation(attrs.equation)
     if len(terms) != len(xs):
         raise TypeInferenceError(f"equation {attrs.equation!r} has {len(terms)} terms for {len(xs)} inputs")
     dims: dict[str, Dim] = {}
@@ -190,7 +190,7 @@ def _einsum_rel(attrs, types, values) -> TensorType:
 
 
 def _einsum_ref(attrs, *xs):
-    terms, out = _split_equation(attrs.equation)
+    terms, out = split_equation(attrs.equation)
     return np.asarray(np.einsum(",".join(terms) + "->" + out, *(wide(x) for x in xs))).astype(xs[0].dtype)
 
 

@@ -130,7 +130,7 @@ def _label_ref(attrs: LabelEncoderAttrs, x):
     return out.reshape(x.shape)
 
 
-label_encoder = define_op("ml.label_encoder", pattern=ELEMWISE, attrs=LabelEncoderAttrs,
+label_encoder = define_op("ml.label_encoder", host_only=True, pattern=ELEMWISE, attrs=LabelEncoderAttrs,
                           infer=_label_rel, ref=_label_ref,
                           doc="Map each element through the keys_* -> values_* table (default_* if absent).")
 
@@ -177,7 +177,7 @@ def _tree_rel(attrs: TreeEnsembleAttrs, types, values) -> TensorType:
     return TensorType(None if x.shape is None else (x.shape[0], attrs.n_targets), x.dtype)
 
 
-def _member_sets(attrs: TreeEnsembleAttrs) -> dict[int, frozenset]:
+def member_sets(attrs: TreeEnsembleAttrs) -> dict[int, frozenset]:
     """Node index -> its set, for BRANCH_MEMBER nodes (sets are NaN-separated, in node order)."""
     members = [] if attrs.membership_values is None else attrs.membership_values.reshape(-1).tolist()
     groups, cur = [], []
@@ -214,7 +214,7 @@ def _leaves(attrs: TreeEnsembleAttrs, x: np.ndarray) -> np.ndarray:
     true_leaf, false_leaf = np.asarray(attrs.nodes_trueleafs, bool), np.asarray(attrs.nodes_falseleafs, bool)
     nan_true = np.zeros(len(feat), bool) if attrs.nodes_missing_value_tracks_true is None else \
         np.asarray(attrs.nodes_missing_value_tracks_true, bool)
-    sets = _member_sets(attrs)
+    sets = member_sets(attrs)
     rows = np.arange(x.shape[0])
     out = np.empty((x.shape[0], len(attrs.tree_roots)), np.int64)
     for t, root in enumerate(attrs.tree_roots):

@@ -293,7 +293,7 @@ class ConvTransposeAttrs:
     strides: tuple[int, ...] | None = None
 
 
-def _convt_axis(attrs, win: Window, i: int, n: Dim) -> tuple[Dim, int | None]:
+def convt_axis(attrs, win: Window, i: int, n: Dim) -> tuple[Dim, int | None]:
     """(output length, begin pad) of axis i for input length n, as the ONNX formulas say."""
     s, span = win.strides[i], win.span(i)
     op = _per_axis(attrs.output_padding, win.rank, 0, "output_padding")[i]
@@ -328,7 +328,7 @@ def _conv_transpose_rel(attrs, types, values):
     if not _known(*kernel):
         return TensorType((n, m) + (ANY,) * nsp, x.dtype)
     win = Window.of(attrs, kernel)
-    out = tuple(_convt_axis(attrs, win, i, d)[0] for i, d in enumerate(spatial))
+    out = tuple(convt_axis(attrs, win, i, d)[0] for i, d in enumerate(spatial))
     if any(_known(o) and o < 1 for o in out):
         raise TypeInferenceError(f"output spatial shape {out} is empty")
     return TensorType((n, m) + out, x.dtype)
@@ -356,7 +356,7 @@ def _conv_transpose_ref(attrs, x, w, b=None):
         dst = tuple(slice(k * d, k * d + (i - 1) * s + 1, s)
                     for k, d, i, s in zip(kk, win.dilations, ins, win.strides))
         y[(Ellipsis,) + dst] += cols[(slice(None), slice(None)) + kk]
-    outs, begins = zip(*(_convt_axis(attrs, win, i, d) for i, d in enumerate(ins)))
+    outs, begins = zip(*(convt_axis(attrs, win, i, d) for i, d in enumerate(ins)))
     return _add_bias(_crop(y, list(begins), list(outs)), b).astype(x.dtype, copy=False)
 
 
@@ -625,7 +625,7 @@ class MaxUnpoolAttrs:
     strides: tuple[int, ...] | None = None
 
 
-def _unpool_dim(win: Window, i: int, n: Dim) -> Dim:
+def unpool_dim(win: Window, i: int, n: Dim) -> Dim:
     grow = win.kernel[i] - win.pads[i] - win.pads[win.rank + i]
     if isinstance(n, int):
         return (n - 1) * win.strides[i] + grow
@@ -645,14 +645,14 @@ def _max_unpool_rel(attrs, types, values):
         return TensorType((ANY,) * (win.rank + 2), x.dtype)
     if x.shape is None:
         return TensorType((ANY,) * (win.rank + 2), x.dtype)
-    return TensorType(x.shape[:2] + tuple(_unpool_dim(win, i, d) for i, d in enumerate(x.shape[2:])), x.dtype)
+    return TensorType(x.shape[:2] + tuple(unpool_dim(win, i, d) for i, d in enumerate(x.shape[2:])), x.dtype)
 
 
 def _max_unpool_ref(attrs, x, indices, output_shape=None):
     """Scatter X into the zero tensor MaxPool read it from (indices are flat in that shape);
     an explicit output_shape extends that tensor with zeros at the end of each axis."""
     win = Window.of(attrs, attrs.kernel_shape)
-    natural = x.shape[:2] + tuple(_unpool_dim(win, i, d) for i, d in enumerate(x.shape[2:]))
+    natural = x.shape[:2] + tuple(unpool_dim(win, i, d) for i, d in enumerate(x.shape[2:]))
     y = np.zeros(math.prod(natural), x.dtype)
     y[indices.reshape(-1)] = x.reshape(-1)
     y = y.reshape(natural)

@@ -93,17 +93,17 @@ def _uniform(attrs, shape: tuple[int, ...], dtype: str) -> np.ndarray:
 
 
 random_normal = define_op("random.random_normal", pure=False, pattern=OPAQUE, inputs=0, attrs=RandomNormalAttrs,
-                          infer=_fixed_rel, ref=lambda a: _normal(a, a.shape, a.dtype),
+                          host_only=True, infer=_fixed_rel, ref=lambda a: _normal(a, a.shape, a.dtype),
                           doc="Samples of N(mean, scale^2) of the given shape.")
 random_normal_like = define_op("random.random_normal_like", pure=False, pattern=OPAQUE, attrs=RandomNormalLikeAttrs,
-                               infer=_like_rel,
+                               host_only=True, infer=_like_rel,
                                ref=lambda a, x: _normal(a, x.shape, a.dtype or dt.from_numpy(x.dtype)),
                                doc="Samples of N(mean, scale^2) shaped like the input.")
 random_uniform = define_op("random.random_uniform", pure=False, pattern=OPAQUE, inputs=0, attrs=RandomUniformAttrs,
-                           infer=_fixed_rel, ref=lambda a: _uniform(a, a.shape, a.dtype),
+                           host_only=True, infer=_fixed_rel, ref=lambda a: _uniform(a, a.shape, a.dtype),
                            doc="Samples of U[low, high) of the given shape.")
 random_uniform_like = define_op("random.random_uniform_like", pure=False, pattern=OPAQUE, attrs=RandomUniformLikeAttrs,
-                                infer=_like_rel,
+                                host_only=True, infer=_like_rel,
                                 ref=lambda a, x: _uniform(a, x.shape, a.dtype or dt.from_numpy(x.dtype)),
                                 doc="Samples of U[low, high) shaped like the input.")
 
@@ -130,7 +130,7 @@ def _bernoulli_ref(attrs: BernoulliAttrs, p):
 
 
 bernoulli = define_op("random.bernoulli", pure=False, pattern=OPAQUE, attrs=BernoulliAttrs, infer=_bernoulli_rel,
-                      ref=_bernoulli_ref, doc="1 with probability p (the input), else 0, per element.")
+                      host_only=True, ref=_bernoulli_ref, doc="1 with probability p (the input), else 0, per element.")
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _multinomial_ref(attrs: MultinomialAttrs, logits):
     return np.minimum(picks, z.shape[1] - 1).astype(dt.to_numpy(attrs.dtype))
 
 
-multinomial = define_op("random.multinomial", pure=False, pattern=OPAQUE, attrs=MultinomialAttrs,
+multinomial = define_op("random.multinomial", host_only=True, pure=False, pattern=OPAQUE, attrs=MultinomialAttrs,
                         infer=_multinomial_rel,
                         ref=_multinomial_ref,
                         doc="sample_size class indices per row, drawn from softmax of the unnormalized "

@@ -2,7 +2,8 @@
 
 An OpDef holds the operator's name (`family.op`), its attribute class (a frozen dataclass), a
 type relation, a fusion pattern and a numpy reference implementation (the interpreter and
-constant folding run it). Later layers attach their compute/schedules by name.
+constant folding run it). kiln.topi attaches each operator's te compute later (see
+OpDef.attach_compute); an operator that deliberately has none is marked `host_only`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ TypeRel = Callable[[Any, list, list], Type]
 
 @dataclass(frozen=True, eq=False)
 class OpDef(Op):
+    """One operator. Frozen and hashed by identity: every Call of it shares this record. `compute` and
+    `runtime_dims` belong to kiln.topi (a layer above: computes need te), which attaches them once
+    through attach_compute / mark_runtime_dims rather than a mutable side table keyed by name."""
+
     name: str
     pattern: Pattern
     type_rel: TypeRel
@@ -49,7 +54,23 @@ class OpDef(Op):
     num_inputs: tuple[int, int | None] = (1, 1)
     doc: str = ""
     pure: bool = True  # False: results are not a function of the inputs (random): never fold or merge
-    extra: dict = field(default_factory=dict)  # later layers: te compute, schedules, ...
+    host_only: bool = False  # no compute on purpose: always runs on `reference`, on the host
+    # Attached by kiln.topi after definition (attach_compute / mark_runtime_dims), never passed in:
+    compute: Callable[..., Any] | None = field(default=None, init=False)  # kiln.topi.registry.ComputeFn
+    runtime_dims: bool = field(default=False, init=False)  # compute is correct on dims known only at run time
+
+    def attach_compute(self, fn: Callable[..., Any]) -> None:
+        """Attach the te compute (kiln.topi.registry.register_compute calls this); set once.
+        NOTE: object.__setattr__ here and in mark_runtime_dims are the only writes to the frozen record."""
+        if self.host_only:
+            raise ValueError(f"{self.name} is host_only: it cannot have a compute")
+        if self.compute is not None:
+            raise ValueError(f"compute of {self.name} registered twice")
+        object.__setattr__(self, "compute", fn)
+
+    def mark_runtime_dims(self) -> None:
+        """Say that the compute stays correct on dims known only at run time (see attach_compute)."""
+        object.__setattr__(self, "runtime_dims", True)
 
     def infer_type(self, args: tuple[Expr, ...], attrs: Any) -> Type:
         lo, hi = self.num_inputs
@@ -88,12 +109,13 @@ REGISTRY: dict[str, OpDef] = OPS  # type: ignore[assignment]  (the ir table itse
 
 def define_op(name: str, *, pattern: Pattern, infer: TypeRel, ref: Callable[..., Any],
               attrs: type | None = None, inputs: int | tuple[int, int | None] = 1,
-              doc: str = "", pure: bool = True) -> OpDef:
-    """Define and register an operator. `inputs` is a count or a (min, max) range (max None: variadic)."""
+              doc: str = "", pure: bool = True, host_only: bool = False) -> OpDef:
+    """Define and register an operator. `inputs` is a count or a (min, max) range (max None: variadic).
+    host_only: the operator has no compute on purpose (strings, sequences, random ...)."""
     if attrs is not None and not is_dataclass(attrs):
         raise TypeError(f"{name}: attrs must be a frozen dataclass")
     rng = (inputs, inputs) if isinstance(inputs, int) else inputs
-    op = OpDef(name, pattern, infer, ref, attrs, rng, doc, pure)
+    op = OpDef(name, pattern, infer, ref, attrs, rng, doc, pure, host_only)
     return register_op(op)
 
 

@@ -492,7 +492,7 @@ def _heads(x: np.ndarray, n: int) -> np.ndarray:
     return x.reshape(b, t, n, hd // n).transpose(0, 2, 1, 3).astype(np.float32)
 
 
-def _linear_attention_ref(attrs, q, k, v, past=None, decay=None, beta=None):
+def linear_attention_ref(attrs, q, k, v, past=None, decay=None, beta=None):
     hq, hkv = attrs.q_num_heads, attrs.kv_num_heads
     b, t, _ = q.shape
     q4, k4, v4 = _heads(q, hq), _heads(k, hkv), _heads(v, hkv)
@@ -518,7 +518,7 @@ def _linear_attention_ref(attrs, q, k, v, past=None, decay=None, beta=None):
 
 linear_attention = define_op(
     "nn.linear_attention", pattern=OPAQUE, inputs=(3, 6), attrs=LinearAttentionAttrs,
-    infer=_linear_attention_rel, ref=_linear_attention_ref,
+    infer=_linear_attention_rel, ref=linear_attention_ref,
     doc="Recurrent linear attention over packed (B, T, H*D) inputs with a (B, H_kv, d_k, d_v) state: "
         "update_rule linear / gated (decay) / delta (beta) / gated_delta; GQA by head repetition. "
         "Outputs (output, present_state); state math is float32.")

@@ -53,7 +53,7 @@ def _construct_rel(attrs, types, values) -> SeqType:
     return SeqType(elem)
 
 
-construct = define_op("seq.construct", pattern=OPAQUE, inputs=(1, None), infer=_construct_rel,
+construct = define_op("seq.construct", host_only=True, pattern=OPAQUE, inputs=(1, None), infer=_construct_rel,
                       ref=lambda a, *xs: list(xs), doc="A sequence of the input tensors, in order.")
 
 
@@ -62,7 +62,7 @@ class SequenceEmptyAttrs:
     dtype: str = "float32"
 
 
-empty = define_op("seq.empty", pattern=OPAQUE, inputs=0, attrs=SequenceEmptyAttrs,
+empty = define_op("seq.empty", host_only=True, pattern=OPAQUE, inputs=0, attrs=SequenceEmptyAttrs,
                   infer=lambda a, types, values: SeqType(TensorType(None, a.dtype)),
                   ref=lambda a: [], doc="An empty sequence of `dtype` tensors.")
 
@@ -72,7 +72,7 @@ def _at_rel(attrs, types, values) -> Type:
     return seq(types[0]).elem
 
 
-at = define_op("seq.at", pattern=OPAQUE, inputs=2, infer=_at_rel,
+at = define_op("seq.at", host_only=True, pattern=OPAQUE, inputs=2, infer=_at_rel,
                ref=lambda a, s, p: s[position(p, len(s), False)],
                doc="The element at `position` (negative counts from the back).")
 
@@ -89,7 +89,7 @@ def _insert_ref(attrs, s, x, p=None):
     return s[:at_] + [x] + s[at_:]
 
 
-insert = define_op("seq.insert", pattern=OPAQUE, inputs=(2, 3), infer=_insert_rel, ref=_insert_ref,
+insert = define_op("seq.insert", host_only=True, pattern=OPAQUE, inputs=(2, 3), infer=_insert_rel, ref=_insert_ref,
                    doc="A new sequence with `tensor` inserted before `position` (default: appended).")
 
 
@@ -106,7 +106,7 @@ def _erase_ref(attrs, s, p=None):
     return s[:at_] + s[at_ + 1:]
 
 
-erase = define_op("seq.erase", pattern=OPAQUE, inputs=(1, 2), infer=_erase_rel, ref=_erase_ref,
+erase = define_op("seq.erase", host_only=True, pattern=OPAQUE, inputs=(1, 2), infer=_erase_rel, ref=_erase_ref,
                   doc="A new sequence without the element at `position` (default: the last).")
 
 
@@ -115,7 +115,7 @@ def _length_rel(attrs, types, values) -> TensorType:
     return TensorType((), "int64")
 
 
-length = define_op("seq.length", pattern=OPAQUE, infer=_length_rel,
+length = define_op("seq.length", host_only=True, pattern=OPAQUE, infer=_length_rel,
                    ref=lambda a, s: np.array(len(s), np.int64), doc="Number of elements, int64 scalar.")
 
 
@@ -176,7 +176,7 @@ def _split_ref(attrs: SplitToSequenceAttrs, x, split=None):
 
 
 split_to_sequence = define_op(
-    "seq.split_to_sequence", pattern=OPAQUE, inputs=(1, 2), attrs=SplitToSequenceAttrs,
+    "seq.split_to_sequence", host_only=True, pattern=OPAQUE, inputs=(1, 2), attrs=SplitToSequenceAttrs,
     infer=_split_rel, ref=_split_ref,
     doc="Split along `axis` into a sequence: parts of size 1 (axis dropped unless keepdims), of "
         "size `split` (a scalar; the last part may be shorter) or of the listed sizes.")
@@ -208,7 +208,7 @@ def _concat_ref(attrs: ConcatFromSequenceAttrs, s):
 
 
 concat_from_sequence = define_op(
-    "seq.concat_from_sequence", pattern=INJECTIVE, attrs=ConcatFromSequenceAttrs, infer=_concat_rel,
+    "seq.concat_from_sequence", host_only=True, pattern=INJECTIVE, attrs=ConcatFromSequenceAttrs, infer=_concat_rel,
     ref=_concat_ref, doc="Concatenate the elements along `axis` (stack along a new axis if new_axis).")
 
 
@@ -234,7 +234,7 @@ def _map_ref(attrs, body, *inputs):
     return tuple([r[j] for r in results] for j in range(k))
 
 
-map_ = define_op("seq.map", pattern=OPAQUE, inputs=(2, None), infer=_map_rel, ref=_map_ref,
+map_ = define_op("seq.map", host_only=True, pattern=OPAQUE, inputs=(2, None), infer=_map_rel, ref=_map_ref,
                  doc="SequenceMap(body, sequence, more sequences or tensors...): one output "
                      "sequence per body result.")
 
@@ -258,7 +258,7 @@ def _optional_rel(attrs: OptionalAttrs, types, values) -> OptionalType:
     return OptionalType(attrs.type)
 
 
-optional = define_op("optional.optional", pattern=OPAQUE, inputs=(0, 1), attrs=OptionalAttrs,
+optional = define_op("optional.optional", host_only=True, pattern=OPAQUE, inputs=(0, 1), attrs=OptionalAttrs,
                      infer=_optional_rel, ref=lambda a, x=None: x,
                      doc="An optional holding the input, or an empty optional of `type`.")
 
@@ -269,7 +269,7 @@ def _has_element_rel(attrs, types, values) -> TensorType:
     return TensorType((), "bool")
 
 
-has_element = define_op("optional.has_element", pattern=OPAQUE, inputs=(0, 1), infer=_has_element_rel,
+has_element = define_op("optional.has_element", host_only=True, pattern=OPAQUE, inputs=(0, 1), infer=_has_element_rel,
                         ref=lambda a, x=None: np.array(x is not None),
                         doc="Whether the optional holds a value (false for an omitted input).")
 
@@ -290,4 +290,4 @@ def _get_element_ref(attrs, x):
 
 
 get_element = define_op("optional.get_element", pattern=OPAQUE, infer=_get_element_rel, ref=_get_element_ref,
-                        doc="The optional's value (a tensor or sequence input passes through).")
+                        host_only=True, doc="The optional's value (a tensor or sequence input passes through).")

@@ -245,11 +245,11 @@ def _mel_rel(attrs: MelWeightMatrixAttrs, types, values) -> TensorType:
                       attrs.output_datatype)
 
 
-def _hz_to_mel(f):
+def hz_to_mel(f):
     return 2595.0 * np.log10(1.0 + f / 700.0)
 
 
-def _mel_to_hz(m):
+def mel_to_hz(m):
     return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
 
 
@@ -257,9 +257,9 @@ def _mel_ref(attrs: MelWeightMatrixAttrs, num_mel_bins, dft_length, sample_rate,
     """Triangles with peak 1 between num_mel_bins + 2 points evenly spaced on the mel scale
     (step (mel(upper) - mel(lower)) / (num_mel_bins + 2)), snapped to DFT bins."""
     bins, n, rate = (int(np.asarray(v).reshape(-1)[0]) for v in (num_mel_bins, dft_length, sample_rate))
-    lo, hi = _hz_to_mel(float(lower)), _hz_to_mel(float(upper))
+    lo, hi = hz_to_mel(float(lower)), hz_to_mel(float(upper))
     mel = lo + np.arange(bins + 2) * (hi - lo) / (bins + 2)
-    edges = np.floor((n + 1) * _mel_to_hz(mel) / rate).astype(np.int64)
+    edges = np.floor((n + 1) * mel_to_hz(mel) / rate).astype(np.int64)
     left, center, right = edges[:-2], edges[1:-1], edges[2:]
     j = np.arange(n // 2 + 1)[:, None]
     rise = np.where(center > left, (j - left) / np.maximum(center - left, 1), 1.0)

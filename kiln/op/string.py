@@ -40,7 +40,7 @@ def _concat_rel(attrs, types, values) -> TensorType:
 
 _add = np.frompyfunc(operator.add, 2, 1)
 
-string_concat = define_op("string.string_concat", pattern=BROADCAST, inputs=2, infer=_concat_rel,
+string_concat = define_op("string.string_concat", host_only=True, pattern=BROADCAST, inputs=2, infer=_concat_rel,
                           ref=lambda a, x, y: strings(_add(x, y)),
                           doc="Elementwise x + y of strings, with numpy broadcasting.")
 
@@ -66,7 +66,7 @@ def _regex_ref(attrs: RegexFullMatchAttrs, x):
     return np.vectorize(lambda s: rx.fullmatch(s) is not None, otypes=[np.bool_])(x).reshape(x.shape)
 
 
-regex_full_match = define_op("string.regex_full_match", pattern=ELEMWISE, attrs=RegexFullMatchAttrs,
+regex_full_match = define_op("string.regex_full_match", host_only=True, pattern=ELEMWISE, attrs=RegexFullMatchAttrs,
                              infer=_regex_rel, ref=_regex_ref,
                              doc="Whether each string matches `pattern` as a whole.")
 
@@ -99,7 +99,7 @@ def _split_ref(attrs: StringSplitAttrs, x):
 
 
 string_split = define_op("string.string_split", pattern=OPAQUE, attrs=StringSplitAttrs, infer=_split_rel,
-                         ref=_split_ref,
+                         host_only=True, ref=_split_ref,
                          doc="(substrings padded with '', number of substrings) of each string.")
 
 
@@ -137,7 +137,7 @@ def _normalizer_ref(attrs: StringNormalizerAttrs, x):
     return strings(kept).reshape(x.shape[:-1] + (len(kept),))
 
 
-string_normalizer = define_op("string.string_normalizer", pattern=OPAQUE, attrs=StringNormalizerAttrs,
+string_normalizer = define_op("string.string_normalizer", host_only=True, pattern=OPAQUE, attrs=StringNormalizerAttrs,
                               infer=_normalizer_rel, ref=_normalizer_ref,
                               doc="Remove stopwords and change case of a [C] or [1, C] string tensor.")
 
@@ -178,7 +178,7 @@ def _tfidf_rel(attrs: TfIdfVectorizerAttrs, types, values) -> TensorType:
     return TensorType(None if x.shape is None else x.shape[:-1] + (width,), "float32")
 
 
-def _ngram_columns(attrs: TfIdfVectorizerAttrs) -> dict[tuple, int]:
+def ngram_columns(attrs: TfIdfVectorizerAttrs) -> dict[tuple, int]:
     """Every pool n-gram (as a tuple) -> its output column. Pool n-grams are numbered in order,
     the n-grams of size k occupying pool[ngram_counts[k-1]:ngram_counts[k]]."""
     pool = _pool(attrs)
@@ -203,7 +203,7 @@ def _count_row(row: list, columns: dict[tuple, int], attrs: TfIdfVectorizerAttrs
 
 
 def _tfidf_ref(attrs: TfIdfVectorizerAttrs, x):
-    columns = _ngram_columns(attrs)
+    columns = ngram_columns(attrs)
     width = max(attrs.ngram_indexes) + 1
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
     counts = np.zeros((rows.shape[0], width), np.float32)

@@ -70,16 +70,16 @@ class ResizeAttrs:
     def __post_init__(self):
         if self.mode not in ("nearest", "linear", "cubic"):
             raise ValueError(f"mode must be nearest, linear or cubic, got {self.mode!r}")
-        if self.coordinate_transformation_mode not in _SOURCE_COORD:
+        if self.coordinate_transformation_mode not in SOURCE_COORD:
             raise ValueError(f"unknown coordinate_transformation_mode {self.coordinate_transformation_mode!r}")
-        if self.nearest_mode not in _NEAREST:
+        if self.nearest_mode not in NEAREST_MODE:
             raise ValueError(f"unknown nearest_mode {self.nearest_mode!r}")
         if self.keep_aspect_ratio_policy not in ("stretch", "not_larger", "not_smaller"):
             raise ValueError(f"unknown keep_aspect_ratio_policy {self.keep_aspect_ratio_policy!r}")
 
 
 # (output index y, scale, input length, output length as float, as int, roi start, end) -> x_original
-_SOURCE_COORD: dict[str, Callable[..., np.ndarray]] = {
+SOURCE_COORD: dict[str, Callable[..., np.ndarray]] = {
     "half_pixel": lambda y, s, n, w, wi, r0, r1: (y + 0.5) / s - 0.5,
     "half_pixel_symmetric": lambda y, s, n, w, wi, r0, r1: (
         n / 2 * (1 - wi / w) + (y + 0.5) / s - 0.5),
@@ -93,7 +93,7 @@ _SOURCE_COORD: dict[str, Callable[..., np.ndarray]] = {
         y * (r1 - r0) * (n - 1) / (w - 1) if w != 1 else np.full_like(y, (r1 - r0) * (n - 1) / 2)),
 }
 
-_NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+NEAREST_MODE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "round_prefer_floor": lambda x: np.ceil(x - 0.5),
     "round_prefer_ceil": lambda x: np.floor(x + 0.5),
     "floor": np.floor,
@@ -101,7 +101,7 @@ _NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _resize_axes(attrs: ResizeAttrs, rank: int) -> list[int]:
+def resize_axes(attrs: ResizeAttrs, rank: int) -> list[int]:
     axes = [norm_axis(a, rank, "axes entry") for a in attrs.axes] if attrs.axes is not None else list(range(rank))
     if len(set(axes)) != len(axes):
         raise TypeInferenceError(f"axes {attrs.axes} repeat an axis")
@@ -111,7 +111,7 @@ def _resize_axes(attrs: ResizeAttrs, rank: int) -> list[int]:
 def resize_plan(attrs: ResizeAttrs, shape: tuple[Dim, ...], scales: np.ndarray | None,
                 sizes: np.ndarray | None) -> tuple[list[Dim], list[float | None]]:
     """Output dims and the per-axis scale used to map coordinates (None where not known)."""
-    axes = _resize_axes(attrs, len(shape))
+    axes = resize_axes(attrs, len(shape))
     given = sizes if sizes is not None else scales
     if given is not None and given.size != len(axes):
         raise TypeInferenceError(f"{'sizes' if sizes is not None else 'scales'} has {given.size} "
@@ -158,7 +158,7 @@ def _resize_rel(attrs: ResizeAttrs, types, values) -> TensorType:
     scales = values[2] if has_scales else None
     sizes = values[3] if has_sizes else None
     if scales is None and sizes is None:
-        axes = _resize_axes(attrs, len(x.shape))
+        axes = resize_axes(attrs, len(x.shape))
         return TensorType(tuple(ANY if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
     out, _ = resize_plan(attrs, x.shape, scales, sizes)
     return TensorType(tuple(out), x.dtype)
@@ -167,7 +167,7 @@ def _resize_rel(attrs: ResizeAttrs, types, values) -> TensorType:
 def _taps(attrs: ResizeAttrs, pos: np.ndarray, scale: float, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Input indices [out, taps] (may lie outside [0, n)) and their weights for source positions."""
     if attrs.mode == "nearest":
-        return _NEAREST[attrs.nearest_mode](pos).astype(np.int64)[:, None], np.ones((pos.size, 1))
+        return NEAREST_MODE[attrs.nearest_mode](pos).astype(np.int64)[:, None], np.ones((pos.size, 1))
     kernel, support = ((linear_kernel, 1.0) if attrs.mode == "linear"
                        else (cubic_kernel(attrs.cubic_coeff_a), 2.0))
     stretch = min(scale, 1.0) if attrs.antialias else 1.0
@@ -186,7 +186,7 @@ def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, scale: float, 
     """Separable 1-d resampling of `data` along `axis` to `out` points."""
     n = data.shape[axis]
     y = np.arange(out, dtype=np.float64)
-    pos = _SOURCE_COORD[attrs.coordinate_transformation_mode](y, scale, n, scale * n, out, *roi)
+    pos = SOURCE_COORD[attrs.coordinate_transformation_mode](y, scale, n, scale * n, out, *roi)
     idx, w = _taps(attrs, pos, scale, n)
     gathered = np.take(data, np.clip(idx, 0, max(n - 1, 0)), axis=axis)  # [.., out, taps, ..]
     shape = (1,) * axis + w.shape + (1,) * (data.ndim - axis - 1)
@@ -201,7 +201,7 @@ def _resize_ref(attrs: ResizeAttrs, x, roi=None, scales=None, sizes=None):
     scales = scales if scales is not None and scales.size else None
     sizes = sizes if sizes is not None and sizes.size else None
     out, scale = resize_plan(attrs, x.shape, scales, sizes)
-    axes = _resize_axes(attrs, x.ndim)
+    axes = resize_axes(attrs, x.ndim)
     rois = {a: (0.0, 1.0) for a in axes}
     if roi is not None and roi.size:
         r = roi.astype(np.float64).reshape(2, -1)
@@ -695,7 +695,7 @@ def _image_decoder_ref(attrs: ImageDecoderAttrs, stream):
     return np.ascontiguousarray(px[:, :, ::-1] if attrs.pixel_format == "BGR" else px)
 
 
-image_decoder = define_op("vision.image_decoder", pattern=OPAQUE, attrs=ImageDecoderAttrs,
+image_decoder = define_op("vision.image_decoder", host_only=True, pattern=OPAQUE, attrs=ImageDecoderAttrs,
                           infer=_image_decoder_rel, ref=_image_decoder_ref,
                           doc="Decode a BMP / PNG / PNM / TIFF byte stream to an (H, W, C) uint8 image "
                               "in RGB, BGR or Grayscale.")

@@ -208,11 +208,11 @@ class CommReducer:
         return outs if len(outs) > 1 else outs[0]
 
 
-def _lowest(dtype: str) -> PrimExpr:
+def lowest(dtype: str) -> PrimExpr:
     return tir.FloatImm(float("-inf"), dtype) if tir.is_float(dtype) else tir.IntImm(_int_min(dtype), dtype)
 
 
-def _highest(dtype: str) -> PrimExpr:
+def highest(dtype: str) -> PrimExpr:
     return tir.FloatImm(float("inf"), dtype) if tir.is_float(dtype) else tir.IntImm(_int_max(dtype), dtype)
 
 
@@ -232,8 +232,8 @@ def _int_max(dtype: str) -> int:
 
 sum = CommReducer("sum", lambda a, b: (a + b,), lambda d: (const(0, d),))  # noqa: A001
 prod = CommReducer("prod", lambda a, b: (a * b,), lambda d: (const(1, d),))
-max = CommReducer("max", lambda a, b: (tir.Max(a, b),), lambda d: (_lowest(d),))  # noqa: A001
-min = CommReducer("min", lambda a, b: (tir.Min(a, b),), lambda d: (_highest(d),))  # noqa: A001
+max = CommReducer("max", lambda a, b: (tir.Max(a, b),), lambda d: (lowest(d),))  # noqa: A001
+min = CommReducer("min", lambda a, b: (tir.Min(a, b),), lambda d: (highest(d),))  # noqa: A001
 
 
 def _arg_combine(cmp: Callable[[PrimExpr, PrimExpr], PrimExpr]):
@@ -245,5 +245,5 @@ def _arg_combine(cmp: Callable[[PrimExpr, PrimExpr], PrimExpr]):
 
 
 # tuple reducers over (index, value): the first index of the extreme value
-argmax = CommReducer("argmax", _arg_combine(lambda x, y: x > y), lambda di, dv: (const(-1, di), _lowest(dv)))
-argmin = CommReducer("argmin", _arg_combine(lambda x, y: x < y), lambda di, dv: (const(-1, di), _highest(dv)))
+argmax = CommReducer("argmax", _arg_combine(lambda x, y: x > y), lambda di, dv: (const(-1, di), lowest(dv)))
+argmin = CommReducer("argmin", _arg_combine(lambda x, y: x < y), lambda di, dv: (const(-1, di), highest(dv)))

@@ -5,8 +5,8 @@ from kiln.topi import (broadcast, elemwise, extern, injective, linalg, nn, norm,
                        scatter)
 from kiln.topi import attention, crop_scatter, einsum, quant, resize  # noqa: F401,E402
 from kiln.topi import loss  # noqa: F401,E402
-from kiln.topi import signal, vision_more  # noqa: F401,E402
-from kiln.topi import deform_conv, runtime_window, tensor_more, vision_sampling  # noqa: F401,E402
+from kiln.topi import qlinear_matmul, rotary_embedding, signal  # noqa: F401,E402
+from kiln.topi import compress, deform_conv, runtime_window, scatter_back, vision_sampling  # noqa: F401,E402
 from kiln.topi import x86_dense  # noqa: F401,E402
 from kiln.topi import layout  # noqa: F401,E402
 from kiln.topi import train  # noqa: F401,E402

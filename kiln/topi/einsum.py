@@ -6,7 +6,7 @@ floats accumulate in float32, as the reference (which widens them) does.
 from __future__ import annotations
 
 from kiln import te, tir
-from kiln.op.linalg import _split_equation
+from kiln.op.linalg import split_equation
 from kiln.tir import PrimExpr
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.registry import ComputeError, is_one, register_compute
@@ -35,7 +35,7 @@ def _broadcast(ells: list[tuple[PrimExpr, ...]]) -> list[PrimExpr]:
 @register_compute("linalg.einsum")
 def _einsum(attrs, inputs, out_type, consts):
     xs = [x for x in inputs if x is not None]
-    terms, out = _split_equation(attrs.equation)
+    terms, out = split_equation(attrs.equation)
     if len(terms) != len(xs):
         raise ComputeError(f"linalg.einsum: {len(terms)} terms for {len(xs)} inputs")
     dims: dict[str, PrimExpr] = {}

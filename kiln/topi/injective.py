@@ -11,7 +11,8 @@ import numpy as np
 
 from kiln import te, tir
 from kiln.ir import dtype as dt
-from kiln.op.tensor import _even_split, _perm, slice_bounds
+from kiln.op.concat_slice import even_split, slice_bounds
+from kiln.op.reshape import transpose_perm
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import (ComputeError, broadcast_load, const_ints, const_value, out_dims, register_compute,
                                 static_shape)
@@ -86,7 +87,7 @@ def _unsqueeze(attrs, inputs, out_type, consts):
 @register_compute("tensor.transpose")
 def _transpose(attrs, inputs, out_type, consts):
     x = inputs[0]
-    perm = _perm(attrs.perm, x.ndim)
+    perm = transpose_perm(attrs.perm, x.ndim)
 
     def f(*i):
         src = [None] * x.ndim
@@ -129,7 +130,7 @@ def _split(attrs, inputs, out_type, consts):
     axis = attrs.axis % x.ndim
     if inputs[1] is None:
         n = static_shape("tensor.split", x)[axis]
-        sizes = _even_split(n, attrs.num_outputs)
+        sizes = even_split(n, attrs.num_outputs)
     else:
         sizes = const_ints("tensor.split", consts, 1, "split")
     outs, start = [], 0

@@ -21,7 +21,7 @@ from kiln import te, tir
 from kiln.ir.dtype import to_numpy
 from kiln.op.layout import Layout, nchw_pool_attrs, parse_layout
 from kiln.op.nn import Window
-from kiln.te.tensor import _lowest
+from kiln.te.tensor import lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.nn import MAX_TAKEN, window_count
@@ -288,7 +288,7 @@ def _pool2d_layout(attrs, inputs, out_type, consts):
     widths = [(p0, p1 + e) for (p0, p1), e in zip(pads, extra)]
     (sh, sw), (dh, dw) = win.strides, win.dilations
     if attrs.mode == "max":
-        fill = tir.const(float("-inf"), x.dtype) if tir.is_float(x.dtype) else _lowest(x.dtype)
+        fill = tir.const(float("-inf"), x.dtype) if tir.is_float(x.dtype) else lowest(x.dtype)
         xp = pad_blocked(x, widths, fill)
 
         def fmax(i, j, y, z, k):

@@ -15,7 +15,7 @@ import struct
 import numpy as np
 
 from kiln import te, tir
-from kiln.op.rnn import UPDATE_RULES, LinearAttentionAttrs, _linear_attention_ref
+from kiln.op.rnn import UPDATE_RULES, LinearAttentionAttrs, linear_attention_ref
 from kiln.te.eval import EXTERN_FUNCS
 from kiln.te.tensor import ExternOp
 from kiln.topi.registry import ComputeError, register_compute, tensor_type
@@ -70,7 +70,7 @@ def _reference(ins: list[np.ndarray], scalars: list) -> tuple[np.ndarray, ...]:
     scale = struct.unpack("<d", struct.pack("<q", bits))[0]
     attrs = LinearAttentionAttrs(kv_num_heads=hkv, q_num_heads=hq, scale=scale, update_rule=rule)
     q, k, v, past, decay, beta = ins
-    return _linear_attention_ref(attrs, q, k, v, past, decay if has_decay else None, beta if has_beta else None)
+    return linear_attention_ref(attrs, q, k, v, past, decay if has_decay else None, beta if has_beta else None)
 
 
 EXTERN_FUNCS[FUNC] = _reference

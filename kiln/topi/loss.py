@@ -11,7 +11,7 @@ from kiln import te, tir
 from kiln.tir import select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.injective import checked_index
-from kiln.topi.reduction import _softmax_parts, reduce_compute
+from kiln.topi.reduction import softmax_parts, reduce_compute
 from kiln.topi.registry import ComputeError, register_compute
 
 
@@ -62,7 +62,7 @@ def _negative_log_likelihood_loss(attrs, inputs, out_type, consts):
 def _softmax_cross_entropy_loss(attrs, inputs, out_type, consts):
     """(loss, log_prob): log_prob is log_softmax over the class axis, kept wide for the loss."""
     x, target, weight = inputs[0], inputs[1], inputs[2]
-    xw, m, s = _softmax_parts(x, (1,))
+    xw, m, s = softmax_parts(x, (1,))
     at = lambda t, i: t(i[0], tir.const(0), *i[2:])
     logp = te.compute(x.shape, lambda *i: xw(*i) - at(m, i) - te.log(at(s, i)), name="sce_log_prob")
     logp_out = te.compute(x.shape, lambda *i: tir.cast(x.dtype, logp(*i)), name="sce_log_prob_out")

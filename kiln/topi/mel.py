@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import te, tir
-from kiln.op.signal import _hz_to_mel, _mel_to_hz
+from kiln.op.signal import hz_to_mel, mel_to_hz
 from kiln.tir import select
 from kiln.topi.ngram import const_table
 from kiln.topi.registry import ComputeError, register_compute
@@ -27,10 +27,10 @@ def mel_edges(consts) -> tuple[int, int, list[int]]:
         if v is None:
             raise ComputeError(f"{NAME}: {what} must be a constant to generate code")
     bins, n, rate = (int(np.asarray(v).reshape(-1)[0]) for v in consts[:3])
-    lo, hi = (_hz_to_mel(float(np.asarray(v).reshape(-1)[0])) for v in consts[3:5])
+    lo, hi = (hz_to_mel(float(np.asarray(v).reshape(-1)[0])) for v in consts[3:5])
     mel = lo + np.arange(bins + 2) * (hi - lo) / (bins + 2)
     with np.errstate(all="ignore"):
-        edges = np.floor((n + 1) * _mel_to_hz(mel) / rate)
+        edges = np.floor((n + 1) * mel_to_hz(mel) / rate)
     if not np.all(np.isfinite(edges)):
         raise ComputeError(f"{NAME}: the mel edges are not finite (sample_rate {rate})")
     return bins, n, [int(e) for e in edges.astype(np.int64)]

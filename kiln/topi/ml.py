@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from kiln import te, tir
-from kiln.op.ml import _member_sets
+from kiln.op.ml import member_sets
 from kiln.tir import PrimExpr, select
 from kiln.topi.injective import checked_index
 from kiln.topi.registry import ComputeError, out_dims, register_compute
@@ -49,7 +49,7 @@ class _Trees:
         self.split = [float(s) for s in attrs.nodes_splits.reshape(-1).astype(dtype)]
         n = len(self.feat)
         self.nan_true = list(attrs.nodes_missing_value_tracks_true or [0] * n)
-        self.sets = _member_sets(attrs)
+        self.sets = member_sets(attrs)
         self.weights = [float(w) for w in attrs.leaf_weights.reshape(-1).astype(np.float64)]
         self.targets = list(attrs.leaf_targetids)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln import te, tir
-from kiln.op.string import _ngram_columns
+from kiln.op.string import ngram_columns
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import ComputeError, out_dims, register_compute
 
@@ -56,7 +56,7 @@ def _tf_idf_vectorizer(attrs, inputs, out_type, consts):
     shape = out_dims(out_type, inputs)
     width = max(attrs.ngram_indexes) + 1
     by_size: dict[int, list[tuple[tuple[int, ...], int]]] = {}
-    for gram, col in _ngram_columns(attrs).items():
+    for gram, col in ngram_columns(attrs).items():
         if attrs.min_gram_length <= len(gram) <= attrs.max_gram_length:
             by_size.setdefault(len(gram), []).append((gram, col))
     parts = [_size_counts(x, shape, n, e, attrs.max_skip_count) for n, e in sorted(by_size.items())]

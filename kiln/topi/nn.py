@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 
 from kiln import te, tir
-from kiln.op.nn import Window, _convt_axis
-from kiln.te.tensor import _lowest
+from kiln.op.nn import Window, convt_axis
+from kiln.te.tensor import lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.injective import ravel, unravel
@@ -91,7 +91,7 @@ def _conv_transpose(attrs, inputs, out_type, consts):
     x, w, b = inputs[:3]
     xs, ws = batch_static_shape("nn.conv_transpose", x), static_shape("nn.conv_transpose", w)
     win = Window.of(attrs, ws[2:])
-    geo = [_convt_axis(attrs, win, a, d) for a, d in enumerate(xs[2:])]
+    geo = [convt_axis(attrs, win, a, d) for a, d in enumerate(xs[2:])]
     acc = wide_dtype(x.dtype)
     c_per_g, m_per_g = ws[0] // attrs.group, ws[1]
 
@@ -142,7 +142,7 @@ def _window_reduce(xp: te.Tensor, xs, win: Window, out, body, name: str) -> te.T
 
 
 # the values of ARGMAX alone: a tap replaces the best only when greater (a NaN tap is never taken)
-MAX_TAKEN = te.CommReducer("max_taken", lambda a, b: (select(b > a, b, a),), lambda d: (_lowest(d),))
+MAX_TAKEN = te.CommReducer("max_taken", lambda a, b: (select(b > a, b, a),), lambda d: (lowest(d),))
 
 
 @register_compute("nn.max_pool")
@@ -150,7 +150,7 @@ def _max_pool(attrs, inputs, out_type, consts):
     x = inputs[0]
     win, xs, out, pads, extra = _pool_geometry(attrs, x)
     acc = wide_dtype(x.dtype)
-    fill = tir.const(float("-inf"), acc) if tir.is_float(acc) else _lowest(acc)
+    fill = tir.const(float("-inf"), acc) if tir.is_float(acc) else lowest(acc)
     xw = te.compute(x.shape, lambda *i: _cast(acc, x(*i)), name="max_pool_in")
     xp = pad_spatial(xw, [(b, e + ex) for (b, e), ex in zip(pads, extra)], fill)
     kernel = [tir.const(k) for k in win.kernel]

@@ -12,14 +12,15 @@ from collections.abc import Callable, Sequence
 
 from kiln import te, tir
 from kiln.op.reduce import reduced_axes, softmax_axes
-from kiln.te.tensor import CommReducer, _highest, _lowest
+from kiln.te.tensor import CommReducer, highest, lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.registry import ComputeError, const_ints, register_compute
 from kiln.topi.x86_rowwise import softmax_eligible, softmax_rows
 
 
-def _arg_reducer(name: str, better: Callable[[PrimExpr, PrimExpr], PrimExpr], last: bool, lowest: bool) -> CommReducer:
+def _arg_reducer(name: str, better: Callable[[PrimExpr, PrimExpr], PrimExpr], last: bool,
+                 from_lowest: bool) -> CommReducer:
     """(index, value) reducer keeping the first (or last) index of the best value. Unlike te.argmax
     it also replaces the identity's index -1 on a tie (a slice made only of the identity value)."""
     def combine(ia, va, ib, vb):
@@ -27,7 +28,7 @@ def _arg_reducer(name: str, better: Callable[[PrimExpr, PrimExpr], PrimExpr], la
         take_b = better(vb, va) | (tir.eq(vb, va) & earlier)
         return tir.Select(take_b, ib, ia), tir.Select(take_b, vb, va)
 
-    ident = _lowest if lowest else _highest
+    ident = lowest if from_lowest else highest
     return CommReducer(name, combine, lambda di, dv: (tir.const(-1, di), ident(dv)))
 
 
@@ -194,7 +195,7 @@ register_compute("reduce.cum_prod")(_cum(te.prod))
 # softmax family (over one axis, or every axis from `axis` on with coerce_2d)
 
 
-def _softmax_parts(x: te.Tensor, axes: tuple[int, ...]):
+def softmax_parts(x: te.Tensor, axes: tuple[int, ...]):
     """(widened x, max over axes, sum of exp(x - max) over axes), the last two keepdims-shaped."""
     w = wide_dtype(x.dtype)
     xw = te.compute(x.shape, lambda *i: tir.cast(w, x(*i)), name="softmax_in")
@@ -215,7 +216,7 @@ def _softmax(attrs, inputs, out_type, consts):
     axes = softmax_axes(attrs, x.ndim)
     if softmax_eligible(x, axes):  # the last axis: vectorized rows (x86_rowwise)
         return softmax_rows(x, wide_dtype(x.dtype))
-    xw, m, s = _softmax_parts(x, axes)
+    xw, m, s = softmax_parts(x, axes)
     return te.compute(x.shape, lambda *i: tir.cast(x.dtype, te.exp(xw(*i) - _stat(m, i, axes)) / _stat(s, i, axes)),
                       name="softmax")
 
@@ -224,7 +225,7 @@ def _softmax(attrs, inputs, out_type, consts):
 def _log_softmax(attrs, inputs, out_type, consts):
     x = inputs[0]
     axes = softmax_axes(attrs, x.ndim)
-    xw, m, s = _softmax_parts(x, axes)
+    xw, m, s = softmax_parts(x, axes)
     return te.compute(x.shape, lambda *i: tir.cast(x.dtype, xw(*i) - _stat(m, i, axes) - te.log(_stat(s, i, axes))),
                       name="log_softmax")
 

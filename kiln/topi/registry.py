@@ -5,7 +5,7 @@ input (None for an omitted optional one), `out_type` is the call's inferred type
 dtypes), and `consts[i]` is the numpy value of input i when the call's argument is a Constant
 (else None) — shape-deciding inputs (axes, shape, pads, repeats ...) are read from there. It
 returns a te.Tensor, or a tuple of them for an operator with a tuple type. The function is
-stored on the operator record, `get_op(name).extra["compute"]`.
+stored on the operator record, `get_op(name).compute`.
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ ComputeFn = Callable[[Any, list, Type, list], "Tensor | tuple[Tensor, ...]"]
 
 
 def register_compute(name: str) -> Callable[[ComputeFn], ComputeFn]:
+    """Decorator: `fn` is the compute of operator `name` (an error when it already has one)."""
     def deco(fn: ComputeFn) -> ComputeFn:
-        op = get_op(name)
-        if "compute" in op.extra:
-            raise ValueError(f"compute of {name} registered twice")
-        op.extra["compute"] = fn
+        get_op(name).attach_compute(fn)
         return fn
 
     return deco
@@ -41,14 +39,11 @@ def handles_runtime_dims(*names: str) -> None:
     a run-time test, or no dim broadcasts at all); kiln.codegen.lower_fused refuses any other op on
     such dims, because which of them broadcast is decided by the data."""
     for name in names:
-        get_op(name).extra[RUNTIME_DIMS] = True
-
-
-RUNTIME_DIMS = "handles_runtime_dims"
+        get_op(name).mark_runtime_dims()
 
 
 def get_compute(name: str) -> ComputeFn | None:
-    return get_op(name).extra.get("compute")
+    return get_op(name).compute
 
 
 def compute_call(name: str, attrs: Any, inputs: Sequence[Tensor | None], out_type: Type,
@@ -115,6 +110,21 @@ def static_shape(name: str, x: Tensor) -> tuple[int, ...]:
     if not all(isinstance(d, tir.IntImm) for d in x.shape):
         raise ComputeError(f"{name}: needs a static input shape, got {x.shape}")
     return tuple(d.value for d in x.shape)
+
+
+def static_dim(name: str, d: tir.PrimExpr, what: str) -> int:
+    """Dim d as an int; ComputeError when it is symbolic."""
+    if not isinstance(d, tir.IntImm):
+        raise ComputeError(f"{name}: {what} must be static, got {d}")
+    return d.value
+
+
+F64 = "float64"
+
+
+def f64(v: float) -> tir.PrimExpr:
+    """A float64 immediate: computes that follow a float64 reference compute in it."""
+    return tir.const(float(v), F64)
 
 
 def is_one(d: tir.PrimExpr) -> bool:

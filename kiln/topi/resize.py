@@ -16,8 +16,8 @@ import numpy as np
 
 from kiln import te, tir
 from kiln.ir.types import ANY
-from kiln.op.vision import _NEAREST as _NEAREST_REF
-from kiln.op.vision import _SOURCE_COORD, ResizeAttrs, _resize_axes, resize_plan
+from kiln.op.vision import NEAREST_MODE as _NEAREST_REF
+from kiln.op.vision import SOURCE_COORD, ResizeAttrs, resize_axes, resize_plan
 from kiln.tir import PrimExpr
 from kiln.tir.expr import Let, Var
 from kiln.topi.registry import ComputeError, register_compute
@@ -31,7 +31,7 @@ def _f(v: float) -> PrimExpr:
 
 
 def _source(mode: str, y: PrimExpr, s: float, n: int, w: float, wi: int, r0: float, r1: float) -> PrimExpr:
-    """The input coordinate of output index y (kiln.op.vision._SOURCE_COORD, operation for operation)."""
+    """The input coordinate of output index y (kiln.op.vision.SOURCE_COORD, operation for operation)."""
     half = (y + _f(0.5)) / _f(s)
     if mode == "half_pixel":
         return half - _f(0.5)
@@ -165,7 +165,7 @@ def _nearest_rule(attrs: ResizeAttrs, n: int, scale: float, out: int, roi) -> tu
         return None
     y = np.arange(out, dtype=np.float64)
     with np.errstate(all="ignore"):
-        pos = _SOURCE_COORD[attrs.coordinate_transformation_mode](y, scale, n, scale * n, out, *roi)
+        pos = SOURCE_COORD[attrs.coordinate_transformation_mode](y, scale, n, scale * n, out, *roi)
         want = np.clip(_NEAREST_REF[attrs.nearest_mode](pos), 0, n - 1)
     yi = np.arange(out, dtype=np.int64)
     up, down = max(1, round(out / n)), max(1, round(n / out))
@@ -209,7 +209,7 @@ def _resize(attrs, inputs, out_type, consts):
         raise ComputeError("vision.resize: roi must be a constant to generate code")
     shape = [d.value if isinstance(d, tir.IntImm) else d for d in x.shape]
     out, scale = resize_plan(attrs, tuple(shape), scales, sizes)
-    axes = _resize_axes(attrs, x.ndim)
+    axes = resize_axes(attrs, x.ndim)
     rois = {a: (0.0, 1.0) for a in axes}
     roi = _given(consts, 1)
     if roi is not None:

@@ -33,7 +33,7 @@ def linear_in_input_dtype(attrs: ResizeAttrs, dtype: str) -> bool:
 
 
 def affine_source(mode: str, s: float, n: int, out: int) -> tuple[float, float]:
-    """(a, b) with source position a * y + b of output index y (kiln.op.vision._SOURCE_COORD)."""
+    """(a, b) with source position a * y + b of output index y (kiln.op.vision.SOURCE_COORD)."""
     w = s * n
     if mode in ("half_pixel", "pytorch_half_pixel"):
         if mode == "pytorch_half_pixel" and w <= 1:

@@ -31,7 +31,7 @@ from kiln.te.tensor import Tensor
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
 from kiln.topi.schedule_anchor import block, data_size, inline_injective, is_reduction, parallel_outer
 from kiln.topi.schedule_dense import default_mr, panel_width
-from kiln.topi.schedule_generic import _loop_nest
+from kiln.topi.schedule_generic import loop_nest
 
 # a team per step only when h·R^T has at least this many multiply-adds (R^T of 1 MB: more than one
 # core's L2 holds, so two cores' L2s share it); below, the fork and join cost more than they save, and on
@@ -268,7 +268,7 @@ def schedule_step(outputs: Sequence[Tensor], parallel: bool = True) -> Schedule:
         if is_reduction(st):
             _gate_nest(s, st, parallel)
         else:
-            _loop_nest(st)
+            loop_nest(st)
     return s
 
 

@@ -72,7 +72,7 @@ def pad_runtime(attrs, inputs, out_type, consts):
 
 
 def _slice_start(s: PrimExpr, n: PrimExpr, step: int) -> PrimExpr:
-    """ONNX Slice's clamped start (kiln.op.tensor.slice_bounds) of a start read at run time."""
+    """ONNX Slice's clamped start (kiln.op.concat_slice.slice_bounds) of a start read at run time."""
     zero = tir.const(0)
     s = select(s < 0, s + n, s)
     hi = n if step > 0 else n - 1

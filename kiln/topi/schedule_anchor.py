@@ -17,7 +17,7 @@ from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, Operation, Tensor
 from kiln.tir.expr import ProducerLoad, Select
 from kiln.tir.functor import map_expr, substitute, walk
-from kiln.topi.schedule_generic import PARALLEL_MIN_ELEMENTS, _loop_nest
+from kiln.topi.schedule_generic import PARALLEL_MIN_ELEMENTS, loop_nest
 
 
 def static(e: tir.PrimExpr) -> int | None:
@@ -91,7 +91,7 @@ def is_pad(st: Stage) -> bool:
 def materialize(st: Stage) -> None:
     """Compute a producer once at the root, with the generic parallel/vector loop nest."""
     st.compute_root()
-    _loop_nest(st)
+    loop_nest(st)
 
 
 @dataclass

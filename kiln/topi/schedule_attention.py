@@ -12,7 +12,7 @@ from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
 from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, materialize,
                                        parallel_outer)
-from kiln.topi.schedule_generic import _loop_nest
+from kiln.topi.schedule_generic import loop_nest
 from kiln.topi.schedule_reduce import reduce_nest
 
 MATERIALIZED = ("attn_probs",)  # injective stages of the attention compute worth one buffer each
@@ -46,5 +46,5 @@ def schedule_attention(outputs: Sequence[Tensor]) -> Schedule | None:
         elif _keep(st):
             materialize(st)
         else:
-            _loop_nest(st)
+            loop_nest(st)
     return s

@@ -59,7 +59,7 @@ def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
         if op not in out_ops and op not in extern_reads and not op.reduce_axis and op.num_outputs == 1:
             stage.compute_inline()
             continue
-        _loop_nest(stage)
+        loop_nest(stage)
     return s
 
 
@@ -78,7 +78,7 @@ def _default_vector(inner_ext: int | None) -> int:
     return lanes
 
 
-def _loop_nest(stage: Stage) -> None:
+def loop_nest(stage: Stage) -> None:
     axes = list(stage.op.axis) if isinstance(stage.op, ComputeOp) else []  # an extern has no loops
     vector = knob("generic.vector", (1, 4, 8, 16, 32), _default_vector(_static(axes[-1].dom.extent) if axes else None))
     parallel_min = knob("generic.parallel_min", (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, NEVER_PARALLEL),

@@ -20,7 +20,7 @@ from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, loads_of, materialize,
                                        parallel_outer, static, uses)
 from kiln.topi.knobs import knob
-from kiln.topi.schedule_generic import VECTOR, _loop_nest
+from kiln.topi.schedule_generic import VECTOR, loop_nest
 
 RUN = 64  # elements of the vectorized axis per parallel task
 
@@ -41,7 +41,7 @@ def vector_axis(s: Schedule, st: Stage) -> IterVar | None:
 def reduce_nest(s: Schedule, st: Stage) -> None:
     v = vector_axis(s, st)
     if v is None:
-        _loop_nest(st)
+        loop_nest(st)
         return
     others = [iv for iv in st.op.axis if iv is not v]
     run = knob("reduce.run", (16, 32, 64, 128, 256, 512), RUN)
@@ -61,5 +61,5 @@ def schedule_reduce(outputs: Sequence[Tensor]) -> Schedule | None:
         elif is_pad(st):
             materialize(st)
         else:
-            _loop_nest(st)
+            loop_nest(st)
     return s

@@ -24,7 +24,7 @@ from kiln.te.tensor import Tensor
 from kiln.tir.expr import PrimExpr
 from kiln.topi.knobs import knob
 from kiln.topi.schedule_anchor import block, data_size, parallel_outer, static
-from kiln.topi.schedule_generic import _loop_nest
+from kiln.topi.schedule_generic import loop_nest
 from kiln.op import fast_math as spec
 from kiln.topi.vmath import fmax, vexp
 from kiln.topi.x86_rowwise import lanes_of
@@ -217,7 +217,7 @@ def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
     ro, ri = out.split(ii, tile_rows(rows, static(e.dom.extent) or 1 << 20, ctx.op.output(0).dtype, ii.dom.extent))
     out.reorder(b, h, io, ro, ri, e)
     # NOTE: K^T stays at the root: as a task's stack array gcc keeps the scores' register tile in memory
-    _loop_nest(kt)
+    loop_nest(kt)
     if not local:
         _score_tiles(s, scores, rows, lambda st, axes: parallel_outer(st, axes, data_size(st, reduce_too=True)))
     # a task per (batch, head, query block), or per (batch, head) with its query blocks in turn
@@ -244,7 +244,7 @@ def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
         if st.op.name == MERGED:
             _merge_nest(st, static(ctx.op.axis[3].dom.extent))
         elif st.op in out_ops and st is not out and st is not scores:
-            _loop_nest(st)
+            loop_nest(st)
     return s
 
 

@@ -21,7 +21,7 @@ from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
 from kiln.topi.registry import broadcast_load
 from kiln.topi.schedule_anchor import block, parallel_outer, static
-from kiln.topi.schedule_generic import _loop_nest
+from kiln.topi.schedule_generic import loop_nest
 from kiln.topi.vmath import fmax, vexp
 
 LANES = (16, 8, 4, 2)
@@ -194,7 +194,7 @@ def _schedule_softmax(s: Schedule, outputs: Sequence[Tensor]) -> Schedule:
         lanes.vectorize(ln)
     for st in s.stages:
         if st.op in out_ops and st is not y:
-            _loop_nest(st)
+            loop_nest(st)
     return s
 
 
@@ -251,5 +251,5 @@ def schedule_rowwise(outputs: Sequence[Tensor]) -> Schedule | None:
     _row_blocks(y)
     for st in s.stages:
         if st.op in out_ops and st not in keep:
-            _loop_nest(st)
+            loop_nest(st)
     return s

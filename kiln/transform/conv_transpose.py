@@ -24,7 +24,7 @@ from kiln.ir.expr import Call, Constant, Expr, Function
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import rewrite
-from kiln.op.nn import ConvAttrs, Window, _convt_axis
+from kiln.op.nn import ConvAttrs, Window, convt_axis
 from kiln.op.registry import OpDef, get_op
 from kiln.transform.infra import PassContext, function_pass
 
@@ -60,7 +60,7 @@ def as_conv(call: Call) -> Expr | None:
     wp, t = phase_weight(w.data, s)
     begins = []
     for i, n in enumerate(xt.shape[2:]):
-        out, begin = _convt_axis(a, win, i, n)
+        out, begin = convt_axis(a, win, i, n)
         if begin is None or begin < 0 or begin + out > (n + t - 1) * s:
             return None
         begins.append(begin)

@@ -33,7 +33,7 @@ from kiln.op.layout import (
 )
 from kiln.op.nn import ConvAttrs
 from kiln.op.registry import Pattern, get_op
-from kiln.op.tensor import slice_bounds
+from kiln.op.concat_slice import slice_bounds
 from kiln.op.typerel import broadcast_shapes
 from kiln.transform.layout_rules import TRANSFORM_RULES, transform
 from kiln.transform.pattern import apply_rules

@@ -23,7 +23,7 @@ BINARY_SHAPES = (((3, 1, 5), (4, 1)), ((1,), (2, 3)), ((7,), (7,)), ((), (2, 3))
 
 
 def _computed() -> list[OpDef]:
-    return [op for _, op in sorted(REGISTRY.items()) if "compute" in op.extra]
+    return [op for _, op in sorted(REGISTRY.items()) if op.compute is not None]
 
 
 def _generated(op: OpDef) -> bool:

@@ -43,7 +43,7 @@ def _bind_ints(fn: Function, ins: list) -> tuple[Function, list]:
 
 def _has_computes(fn: Function) -> bool:
     calls = [e for e in post_order(fn.body) if isinstance(e, Call)]
-    return bool(calls) and all(isinstance(c.op, OpDef) and "compute" in c.op.extra for c in calls)
+    return bool(calls) and all(isinstance(c.op, OpDef) and c.op.compute is not None for c in calls)
 
 
 def run_case(name: str) -> str:

@@ -1,9 +1,6 @@
-"""Computes for tensor.compress, tensor.col2im and nn.max_unpool: selections and scatter-backs
-whose reference (kiln/op/tensor.py, kiln/op/nn.py) moves whole elements, so each is an index
-computation (compress, col2im) or a conditional reduction (max_unpool).
-
-compress keeps a data-dependent number of slices: the kept positions come from the runtime
-library's non-zero kernel, whose count is the output's extent; the gather reads them.
+"""Computes for tensor.col2im and nn.max_unpool: scatter-backs whose reference (kiln/op/blocks.py,
+kiln/op/nn.py) moves whole elements back into an image, so each is an index computation (col2im) or
+a conditional reduction (max_unpool).
 """
 
 from __future__ import annotations
@@ -12,43 +9,8 @@ import math
 
 from kiln import te, tir
 from kiln.tir import select
-from kiln.topi.extern import extern
-from kiln.topi.injective import norm_index, ravel, reshape_to
+from kiln.topi.injective import norm_index, ravel
 from kiln.topi.registry import ComputeError, const_ints, out_dims, register_compute, static_shape
-from kiln.ir.types import ANY, TensorType
-
-
-# ---------------------------------------------------------------------------------------------
-# tensor.compress
-
-
-@register_compute("tensor.compress")
-def _compress(attrs, inputs, out_type, consts):
-    x, cond = inputs
-    name = "tensor.compress"
-    if cond.ndim != 1:
-        raise ComputeError(f"{name}: condition must be 1-D, got rank {cond.ndim}")
-    if attrs.axis is None:
-        n = x.shape[0] if x.ndim else tir.const(1)
-        for d in x.shape[1:]:
-            n = n * d
-        x, axis = reshape_to(x, (n,), "compress_flat"), 0
-    else:
-        axis = attrs.axis % x.ndim
-    nz_type = TensorType((1, ANY), "int64")
-    (nz,) = extern("compress_positions", "kiln_non_zero", [cond], nz_type, 1,
-                   known={0: (tir.const(1), tir.Var("kept"))})
-    size, length = x.shape[axis], cond.shape[0]
-    if isinstance(size, tir.IntImm) and isinstance(length, tir.IntImm) and length.value > size.value:
-        raise ComputeError(f"{name}: condition has {length.value} entries for an axis of {size.value}")
-    last = size - 1
-
-    def f(*i):
-        src = tir.min_(nz(tir.const(0), i[axis]), last)  # NOTE: a condition longer than the axis reads in bounds
-        return x(*(src if a == axis else v for a, v in enumerate(i)))
-
-    shape = tuple(nz.shape[1] if a == axis else d for a, d in enumerate(x.shape))
-    return te.compute(shape, f, name="compress")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,14 +65,14 @@ def _max_unpool(attrs, inputs, out_type, consts):
     """Each output element takes the last input whose flat index names it (numpy's assignment
     order), else zero. Indices may point anywhere, so every output tests every input: large
     unpools stay on the host, where the reference scatters in linear time."""
-    from kiln.op.nn import Window, _unpool_dim
+    from kiln.op.nn import Window, unpool_dim
     from kiln.topi.scatter import LAST
 
     x, idx = inputs[0], inputs[1]
     name = "nn.max_unpool"
     xs = static_shape(name, x)
     win = Window.of(attrs, attrs.kernel_shape)
-    natural = xs[:2] + tuple(_unpool_dim(win, a, d) for a, d in enumerate(xs[2:]))
+    natural = xs[:2] + tuple(unpool_dim(win, a, d) for a, d in enumerate(xs[2:]))
     shape = out_dims(out_type, inputs)
     if not all(isinstance(d, tir.IntImm) for d in shape):
         raise ComputeError(f"{name}: output_shape must be known to generate code")

@@ -1,7 +1,5 @@
-"""Computes for nn.rotary_embedding and quant.qlinear_matmul, each written as its reference
-(kiln/op/attention.py, kiln/op/quant.py) computes it; qlinear_matmul accumulates in int64 and
-requantizes in float64. (grid_sample lives with the other samplers in vision_sampling.py.)
-"""
+"""The compute of quant.qlinear_matmul, written as its reference (kiln/op/quant.py) computes it: it
+accumulates in int64 and requantizes in float64."""
 
 from __future__ import annotations
 
@@ -9,64 +7,8 @@ import numpy as np
 
 from kiln import te, tir
 from kiln.tir import PrimExpr
-from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
+from kiln.topi.registry import F64, ComputeError, f64, out_dims, register_compute, tensor_type
 
-F64 = "float64"
-
-
-def _f(v: float) -> PrimExpr:
-    return tir.const(float(v), F64)
-
-
-def _static(name: str, d: PrimExpr, what: str) -> int:
-    if not isinstance(d, tir.IntImm):
-        raise ComputeError(f"{name}: {what} must be static, got {d}")
-    return d.value
-
-
-# ---------------------------------------------------------------------------------------------
-# nn.rotary_embedding
-
-
-@register_compute("nn.rotary_embedding")
-def _rotary_embedding(attrs, inputs, out_type, consts):
-    x, cos, sin, pos = inputs
-    name = "nn.rotary_embedding"
-    if x.ndim == 4:
-        head = _static(name, x.shape[3], "head size")
-    else:
-        head = _static(name, x.shape[2], "hidden size") // attrs.num_heads
-    rd = attrs.rotary_embedding_dim or head
-    half = rd // 2
-
-    def trig(t: te.Tensor, b, s, j) -> PrimExpr:
-        if pos is None:
-            return t(b, s, j)
-        return t(tir.cast("int64", pos(b, s)), j)
-
-    def f(*i):
-        if x.ndim == 4:
-            b, h, s, d = i
-            load = lambda e: x(b, h, s, e)  # noqa: E731
-        else:
-            b, s, hd = i
-            h, d = hd // head, hd % head
-            load = lambda e: x(b, s, h * head + e)  # noqa: E731
-        if attrs.interleaved:
-            j = (d // 2) % half
-            x1, x2, first = load(j * 2), load(j * 2 + 1), tir.eq(d % 2, tir.const(0))
-        else:
-            j = d % half
-            x1, x2, first = load(j), load(j + half), d < half
-        c, sn = trig(cos, b, s, j), trig(sin, b, s, j)
-        rot = te.select(first, c * x1 - sn * x2, sn * x1 + c * x2)
-        return te.select(d < rd, rot, load(d)) if rd < head else rot
-
-    return te.compute(x.shape, f, name="rotary_embedding")
-
-
-# ---------------------------------------------------------------------------------------------
-# quant.qlinear_matmul
 
 _QINTS = ("int8", "uint8")
 
@@ -118,7 +60,7 @@ def _qlinear_matmul(attrs, inputs, out_type, consts):
         mult = sa * tir.cast(F64, _param(b_s, nn)) / tir.cast(F64, _param(y_s, tir.const(0)))
         v = tir.cast(F64, acc_t(*i)) * mult + tir.cast(F64, _param(y_zp, tir.const(0)))
         v = te.nearbyint(v)
-        v = tir.max_(tir.min_(v, _f(info.max)), _f(info.min))
+        v = tir.max_(tir.min_(v, f64(info.max)), f64(info.min))
         return tir.cast(out, v)
 
     return te.compute(acc_t.shape, f, name="qlinear_matmul")
