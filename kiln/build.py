@@ -26,10 +26,10 @@ from kiln.runtime import artifact
 from kiln.runtime.aot import AotError, AotModule, build_aot
 from kiln.runtime.executor import CompiledModule, fuse, lower_groups
 from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.target import Target
 from kiln.transform import PassContext, PassTiming
 from kiln.tune.apply import Tuned
 
-TARGETS = ("c",)
 EXECUTORS = ("auto", "aot", "graph")
 
 
@@ -83,6 +83,7 @@ class CompiledModel:
     report: BuildReport = field(default_factory=BuildReport)
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
     per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
+    target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:
@@ -111,8 +112,8 @@ class CompiledModel:
 
     def export(self, directory: str | os.PathLike) -> Path:
         """Save library, graph and weights to `directory`; kiln.load(directory) runs it again."""
-        info = {"target": "c", "opt_level": self.opt_level, "built_with": self.executor,
-                "compiler": compiler_identity(find_compiler("gcc")).splitlines()[0],
+        info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
+                "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
                 "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs]}
         aot = self.runner if isinstance(self.runner, AotModule) else None
         return artifact.export(directory, self._graph_state(), info, aot)
@@ -121,7 +122,7 @@ class CompiledModel:
         """The kernel-by-kernel view of the same library (the AOT library exports every kernel too)."""
         if isinstance(self.runner, CompiledModule):
             return self.runner
-        _, kernel_of, host = lower_groups(self.mod, self.tuned)
+        _, kernel_of, host = lower_groups(self.mod, self.tuned, target=self.target)
         lib = self.runner.library
         return artifact.assemble(self.mod, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
 
@@ -138,10 +139,11 @@ def is_static(mod: IRModule) -> bool:
                and all(isinstance(d, int) for d in p.type.shape) for p in mod.main.params)
 
 
-def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = "auto",
+def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *, executor: str = "auto",
           progress: Callable[[str], None] | None = None,
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None) -> CompiledModel:
-    """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
+    """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`: a kiln.Target or its
+    string (kiln.Target.parse: "c -cores=4"; options left out are the host's), by default this machine.
 
     executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
     plus an AOT build per input shapes, made on the first run at those shapes, see
@@ -149,8 +151,7 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
     `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
     or workload key -> config; each group with a record for this target is scheduled with its
     fastest config."""
-    if target not in TARGETS:
-        raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
+    target = Target.parse(target)
     if executor not in EXECUTORS:
         raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     report = BuildReport()
@@ -160,28 +161,30 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
         t0 = time.perf_counter()
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
-    tuned = _load_records(records, report, progress) if records is not None else None
+    tuned = _load_records(records, target, report, progress) if records is not None else None
     static = is_static(model)
     if executor == "aot" or (executor == "auto" and static):
         try:
-            return _build_aot(model, opt_level, report, progress, tuned)
+            return _build_aot(model, opt_level, report, progress, tuned, target)
         except AotError as e:
             if executor == "aot":
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
-    compiled = _build_graph(model, opt_level, report, progress, tuned)
+    compiled = _build_graph(model, opt_level, report, progress, tuned, target)
     if executor == "auto" and not static:
         compiled.per_shape = ShapeSpecialized(model, compiled.runner,
-                                              lambda m: build_aot(m, opt_level, cache=CompileCache(), tuned=tuned))
+                                              lambda m: build_aot(m, opt_level, cache=CompileCache(), tuned=tuned,
+                                                                    cc=target.cc, target=target))
         if progress is not None:
             progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
     return compiled
 
 
-def _load_records(records: Any, report: BuildReport, progress: Callable[[str], None] | None) -> Tuned:
+def _load_records(records: Any, target: Target, report: BuildReport,
+                  progress: Callable[[str], None] | None) -> Tuned:
     t0 = time.perf_counter()
-    tuned = Tuned.load(records)
+    tuned = Tuned.load(records, target.key)
     where = f" from {records}" if isinstance(records, (str, os.PathLike)) else ""
     report.add("records", time.perf_counter() - t0, f"{len(tuned.configs)} tuned workload(s){where}", progress)
     return tuned
@@ -192,10 +195,13 @@ def _tuned_note(tuned: Tuned | None) -> str:
 
 
 def _build_aot(mod: IRModule, opt_level: int, report: BuildReport,
-               progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
+               progress: Callable[[str], None] | None, tuned: Tuned | None = None,
+               target: Target | None = None) -> CompiledModel:
+    target = target or Target.host()
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
-    aot = build_aot(mod, opt_level, ctx=PassContext(opt_level, instruments=[timing]), cache=cache, tuned=tuned)
+    aot = build_aot(mod, opt_level, ctx=PassContext(opt_level, instruments=[timing], target=target), cache=cache,
+                    tuned=tuned, cc=target.cc, target=target)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)
@@ -203,24 +209,27 @@ def _build_aot(mod: IRModule, opt_level: int, report: BuildReport,
     report.add("lower", total - passes - cache.seconds,
                f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
-    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned)
+    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned, target=target)
 
 
 def _build_graph(mod: IRModule, opt_level: int, report: BuildReport,
-                 progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
+                 progress: Callable[[str], None] | None, tuned: Tuned | None = None,
+                 target: Target | None = None) -> CompiledModel:
+    target = target or Target.host()
     timing, cache = PassTiming(), _CountingCache()
     t0 = time.perf_counter()
-    fused = fuse(mod, opt_level, PassContext(opt_level, instruments=[timing]))
+    fused = fuse(mod, opt_level, PassContext(opt_level, instruments=[timing], target=target))
     report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
     t0 = time.perf_counter()
-    lowered, kernel_of, host = lower_groups(fused, tuned)
+    lowered, kernel_of, host = lower_groups(fused, tuned, target=target)
     report.add("lower", time.perf_counter() - t0,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
-    lib = build_c([k.func for k in lowered], "model", cache=cache) if lowered else None
+    flags = target.compiler_flags(FLAGS)
+    lib = build_c([k.func for k in lowered], "model", cc=target.cc, flags=flags, cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
-    return CompiledModel(fused, "graph", cm, opt_level, report, tuned)
+    return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=target)
 
 
 def _compiled(report: BuildReport, cache: _CountingCache, kernels: int, progress: Callable[[str], None] | None):

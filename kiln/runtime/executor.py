@@ -34,6 +34,7 @@ from kiln.runtime.shape_eval import output_shapes
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk
 from kiln.tir.stmt import Buffer, For, LetStmt
+from kiln.target import Target
 from kiln.transform import PassContext
 from kiln.transform.pipeline import optimize
 from kiln.tune.apply import Tuned
@@ -223,7 +224,8 @@ def primitive_functions(mod: IRModule) -> list[Function]:
 def fuse(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> IRModule:
     """The optimized module with every operator in a Primitive function (FuseOps always runs)."""
     ctx = ctx or PassContext(opt_level=opt_level)
-    ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config)
+    ctx = PassContext(opt_level, tuple(ctx.required) + ("fuse-ops",), ctx.disabled, ctx.instruments, ctx.config,
+                      target=ctx.target)
     return optimize(mod, opt_level, ctx)
 
 
@@ -234,12 +236,13 @@ def describe_group(fn: Function, most: int = 3) -> str:
     return ", ".join(named[:most]) + (f" and {len(named) - most} more" if len(named) > most else "")
 
 
-def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None
-                 ) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None,
+                 target: Target | None = None) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
     """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
     kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
     records' configs: a group whose workload has one is scheduled with it. `kernels`: where lowered
-    groups are cached (default: under the default cache directory)."""
+    groups are cached (default: under the default cache directory). `target`: what to schedule for (default:
+    the host)."""
     lowered: list[Kernel] = []
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
@@ -252,7 +255,7 @@ def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCac
             continue
         try:
             # NOTE: a group the C backend cannot spell must not sink the whole library (the cache renders it)
-            k = kernels.lower(fn, f"fused_{n}", tuned)
+            k = kernels.lower(fn, f"fused_{n}", tuned, target)
         except KilnError as err:
             host.append(str(err))
             continue

@@ -16,6 +16,7 @@ from typing import Any
 
 from kiln.ir.expr import Function
 from kiln.ir.module import IRModule
+from kiln.target import Target
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ class PassContext:
     disabled: Sequence[str] = ()
     instruments: Sequence[Instrument] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    target: Target = field(default_factory=Target.host)  # the machine passes optimize for
 
     _stack = []  # the contexts entered, innermost last
 
