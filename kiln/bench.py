@@ -8,7 +8,6 @@ conv/matmul/gemm work.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,10 +135,11 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     from kiln.cli import random_feeds
     from kiln.errors import InputError
     from kiln.frontend.onnx import load_model
+    from kiln.target import host_cpu_count
 
     if runs < 1 or warmup < 0 or burst < 1:
         raise InputError(f"--runs and --burst must be >= 1 and --warmup >= 0, got {runs}, {burst} and {warmup}")
-    threads = threads or os.cpu_count() or 1
+    threads = threads or host_cpu_count()
     model = with_fixed_dims(load_model(model), dims, say)
     mod = kiln.from_onnx(model)
     feeds = random_feeds(mod, {}, {}, seed)

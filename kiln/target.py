@@ -113,6 +113,18 @@ class Target:
         host = host or Target.host()
         return sorted(self.features - host.features)
 
+    def cores_note(self, host: Target | None = None) -> str | None:
+        """What differs when code built for this target runs on `host` (default: this machine) with another
+        core count, and how a session handles it (kiln.session: threads default to min(cores, host's)); None
+        when the counts agree."""
+        host = host or Target.host()
+        if self.cores == host.cores:
+            return None
+        how = (f"it runs {self.cores} threads by default" if self.cores < host.cores else
+               f"it runs on all {host.cores}, some of them taking more of its parallel work")
+        return (f"built for {self.cores} cores, this machine has {host.cores}: its parallel loops were split for "
+                f"{self.cores}, so {how}")
+
     def __str__(self) -> str:
         return " ".join([self.kind, f"-arch={self.arch}", f"-features={','.join(sorted(self.features))}",
                          f"-vector-bits={self.vector_bits}", f"-vector-registers={self.vector_registers}",
