@@ -135,11 +135,11 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     from kiln.cli import random_feeds
     from kiln.errors import InputError
     from kiln.frontend.onnx import load_model
-    from kiln.target import host_cpu_count
+    from kiln.target import host_cores
 
     if runs < 1 or warmup < 0 or burst < 1:
         raise InputError(f"--runs and --burst must be >= 1 and --warmup >= 0, got {runs}, {burst} and {warmup}")
-    threads = threads or host_cpu_count()
+    threads = threads or host_cores()
     model = with_fixed_dims(load_model(model), dims, say)
     mod = kiln.from_onnx(model)
     feeds = random_feeds(mod, {}, {}, seed)

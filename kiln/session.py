@@ -20,7 +20,7 @@ from typing import Any
 from kiln.build import CompiledModel, TensorInfo, build
 from kiln.codegen import openmp_env
 from kiln.errors import InputError, KilnError
-from kiln.target import Target, host_cpu_count
+from kiln.target import Target, host_cores
 
 # onnxruntime's spelling of tensor element types
 _ORT_TYPES = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16",
@@ -83,7 +83,7 @@ class InferenceSession:
 
 def default_threads(target: Target) -> int | None:
     """The threads a session runs when not told (see the module doc); None: OpenMP's default."""
-    return target.cores if target.cores < host_cpu_count() else None
+    return target.cores if target.cores < host_cores() else None
 
 
 def _load_model(directory: str | os.PathLike) -> CompiledModel:

@@ -142,7 +142,7 @@ def building_for(target: Target) -> Iterator[Target]:
         _CURRENT.reset(token)
 
 
-def host_cpu_count() -> int:
+def host_cores() -> int:
     """The CPUs of the machine this process runs on (threads to start, compilers to run at once)."""
     return os.cpu_count() or 1
 
@@ -167,7 +167,7 @@ def _detect_host() -> Target:
     bits = default_vector_bits(arch, features)
     caches = _cache_sizes()
     return Target("c", arch, features, bits, default_vector_registers(bits), caches[1], caches[2], caches[3],
-                  host_cpu_count())
+                  host_cores())
 
 
 def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:

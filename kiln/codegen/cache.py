@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.codegen.c_source import UNIT_MARK
-from kiln.target import host_cpu_count
+from kiln.target import host_cores
 from kiln.codegen.compiler import (FLAGS, compile_object, compile_shared, compiler_identity, find_compiler, link_shared,
                                    object_flags)
 
@@ -39,7 +39,7 @@ def default_jobs() -> int:
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cpus = host_cpu_count()
+        cpus = host_cores()
     try:
         busy = os.getloadavg()[0] - 1
     except OSError:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction, _eval, build as build_c
 from kiln.errors import KernelError, KilnError
@@ -274,9 +275,10 @@ def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCac
 
 def build(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> CompiledModule:
     """Optimize, fuse, lower and compile `mod`; returns a CompiledModule whose `run` executes it."""
+    target = ctx.target if ctx is not None else Target.host()
     fused = fuse(mod, opt_level, ctx)
-    lowered, alias, host = lower_groups(fused)
-    lib = build_c([k.func for k in lowered], "model") if lowered else None
+    lowered, alias, host = lower_groups(fused, target=target)
+    lib = build_c([k.func for k in lowered], "model", flags=target.compiler_flags(FLAGS)) if lowered else None
     compiled = {}
     by_kernel = {id(k): None for k in lowered}
     for fn in primitive_functions(fused):

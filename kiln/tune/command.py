@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kiln.errors import InputError
-from kiln.target import Target, host_cpu_count
+from kiln.target import Target, host_cores
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.progress import ProgressPrinter, ms
@@ -28,7 +28,7 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
     if trials == 0 and check_rounds == 0:
         raise InputError("--trials 0 --check-rounds 0 leaves nothing to do: give trials to run, or rounds to check "
                          "the records' picks in the model")
-    threads = threads or host_cpu_count()
+    threads = threads or host_cores()
     mod = from_onnx(with_fixed_dims(load_model(model_path), dims, say, "; builds match records by shape"))
     if trials:
         options = TuneOptions(trials=trials, batch=batch, seed=seed,
