@@ -17,7 +17,7 @@ from kiln.codegen.compiler import FLAGS
 from kiln.errors import KilnError
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.runtime.executor import fuse, lower_groups
+from kiln.runtime.executor import fuse, lower_groups, primitive_functions
 from kiln.runtime.kernel_cache import kernel_key
 from kiln.target import ISA_FEATURES, Target
 from kiln.transform import PassContext
@@ -92,12 +92,15 @@ def _dense_model() -> IRModule:
     return IRModule({"main": Function((a,), get_op("nn.relu")(get_op("linalg.mat_mul")(a, w)))})
 
 
-def _panel(target: Target) -> int:
+def _panel(target: Target) -> tuple[int, str]:
+    """(the packed panel width pack-dense chose, the kernel's C) for `target`."""
+    from kiln.codegen.c_source import generate
+
     fused = fuse(_dense_model(), 2, PassContext(2, target=target))
     kernels, _, host = lower_groups(fused, target=target)
     assert not host
-    panels = [e.attrs.panel for fn in fused.functions.values() for e in _calls(fn) if e.op.name == "linalg.dense_packed"]
-    return panels[0]
+    packed = [e for fn in fused.functions.values() for e in _calls(fn) if e.op.name == "linalg.dense_packed"]
+    return packed[0].args[1].type.shape[-1], generate([k.func for k in kernels]).code
 
 
 def _calls(fn):
@@ -108,21 +111,21 @@ def _calls(fn):
 
 def test_dense_panel_width_differs_between_256_and_512_bit_targets(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    assert _panel(Target.parse("c -vector-bits=256")) == 16
-    assert _panel(Target.parse("c -vector-bits=512")) == 32
+    (narrow, narrow_c), (wide, wide_c) = (_panel(Target.parse(f"c -vector-bits={b}")) for b in (256, 512))
+    assert (narrow, wide) == (16, 32) and narrow_c != wide_c
 
 
 def test_schedules_by_target_kind_unknown_kind_is_an_error():
     from kiln.codegen.lower_fused import lower_primitive
     fused = fuse(_dense_model(), 2)
-    fn = next(f for f in fused.functions.values() if f is not fused.main)
+    fn = primitive_functions(fused)[0]
     with pytest.raises(KilnError, match="no schedules for target kind 'sim'"):
         lower_primitive(fn, "g", target=dataclasses.replace(Target.host(), kind="sim"))
 
 
 def test_kernel_cache_key_includes_the_target():
     fused = fuse(_dense_model(), 2)
-    fn = next(f for f in fused.functions.values() if f is not fused.main)
+    fn = primitive_functions(fused)[0]
     host = Target.host()
     assert kernel_key(fn, None, host.key) != kernel_key(fn, None, dataclasses.replace(host, cores=99).key)
 
