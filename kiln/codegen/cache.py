@@ -1,8 +1,10 @@
 """A content-addressed on-disk cache of compiled modules.
 
-Key: sha256 of the source, the flags and the compiler's identity. Every file appears atomically
-(written under a unique temporary name, then os.replace), so processes building the same module
-at once all end up loading one complete library; a hit runs no compiler at all.
+Key: sha256 of the source, the flags and the compiler's identity. The target (kiln.Target) enters
+through both: its ISA through the flags (Target.compiler_flags), what else it decides (vector width,
+cores, caches) through the source its schedules made; the same C for the same flags is the same library.
+Every file appears atomically (written under a unique temporary name, then os.replace), so processes
+building the same module at once all end up loading one complete library; a hit runs no compiler at all.
 
 A module whose functions are marked as units (kiln.codegen.c_source.UNIT_MARK) compiles as several
 translation units in parallel, one gcc per CPU, then links: each unit is the shared prelude plus a
