@@ -3,9 +3,11 @@
 from_onnx(model) -> IRModule; optimize(mod, opt_level) runs the standard graph passes;
 evaluate(mod, feeds) runs a module with the reference interpreter; build(mod) compiles it;
 InferenceSession(path_or_model) and load(DIR) run compiled models with onnxruntime's API.
+Target.host() is the machine code is built for by default (build(mod, target=...) names another).
 """
 
 from kiln import ir  # noqa: F401
+from kiln.target import Target
 from kiln.frontend.onnx import from_onnx
 from kiln.op.interpreter import evaluate
 from kiln.transform.pipeline import optimize
@@ -13,4 +15,4 @@ from kiln.compiler import build
 from kiln.session import InferenceSession, load
 
 __version__ = "0.1.0"
-__all__ = ["ir", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load", "__version__"]
+__all__ = ["ir", "Target", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load", "__version__"]

@@ -8,7 +8,6 @@ conv/matmul/gemm work.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -119,10 +118,11 @@ def bench(model: Any, dims: dict[str, int], threads: int | None, runs: int, warm
     from kiln.errors import InputError
     from kiln.feeds import random_feeds, with_fixed_dims
     from kiln.frontend.onnx import load_model
+    from kiln.target import host_cores
 
     if runs < 1 or warmup < 0 or burst < 1:
         raise InputError(f"--runs and --burst must be >= 1 and --warmup >= 0, got {runs}, {burst} and {warmup}")
-    threads = threads or os.cpu_count() or 1
+    threads = threads or host_cores()
     model = with_fixed_dims(load_model(model), dims, say)
     mod = kiln.from_onnx(model)
     feeds = random_feeds(mod, {}, {}, seed)

@@ -134,6 +134,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from kiln.transform import PassContext, PassTiming, PrintIR
     from kiln.transform.pipeline import optimize
 
+    if os.path.isdir(args.model):
+        return show_compiled(args.model)
     passes = _pass_options(args)
     given = {"disabled": passes["disabled_passes"], "config": passes["pass_config"]}
     mod = kiln.from_onnx(args.model)
@@ -170,6 +172,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_compiled(directory: str) -> int:
+    """What a directory made by `kiln compile` holds: its target (and how it differs from this machine)."""
+    from kiln.runtime import artifact
+    from kiln.target import Target
+
+    meta = artifact.read_metadata(directory)
+    target = artifact.artifact_target(meta, directory)
+    print(f"compiled model: {directory} ({meta.get('built_with')} executor, opt_level {meta.get('opt_level')}, "
+          f"{len(meta['kernels'])} kernels)")
+    print(f"target: {target}")
+    if target != Target.host():
+        print(f"host:   {Target.host()}")
+    note = target.cores_note()
+    if note is not None:
+        print(f"note: {note}")
+    for kind in ("inputs", "outputs"):
+        print(f"{kind}: " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in meta.get(kind, [])))
+    return 0
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     import time
 
@@ -183,8 +205,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     dims = _parse_dims(args.dim)
     if dims:
         model = fix_dims(model, dims)
-    print(f"compiling {args.model} (opt_level {args.opt_level})")
-    compiled = kiln.build(model, opt_level=args.opt_level, executor=args.executor, records=args.records,
+    target = kiln.Target.parse(args.target)
+    print(f"compiling {args.model} (opt_level {args.opt_level}) for {target}")
+    compiled = kiln.build(model, target, opt_level=args.opt_level, executor=args.executor, records=args.records,
                           progress=lambda line: print(f"  {line}", flush=True), **passes)
     t1 = time.perf_counter()
     out = compiled.export(args.output)
@@ -244,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
                    help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
     c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
+    c.add_argument("--target", metavar="STRING", default=None,
+                   help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '
+                        '(options left out are this machine\'s; default: this machine; '
+                        '`python -c "import kiln; print(kiln.Target.host())"` prints it)')
     _add_pass_flags(c)
     c.set_defaults(fn=cmd_compile)
 
@@ -304,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     t.set_defaults(fn=cmd_tune)
 
-    s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx.")
-    s.add_argument("model", help="path to an .onnx file")
+    s = sub.add_parser("show", help="print the model's IR", description="Print the IR text of MODEL.onnx, or what a "
+                       "directory made by `kiln compile` was built for.")
+    s.add_argument("model", help="path to an .onnx file, or a directory made by `kiln compile`")
     s.add_argument("--stats", action="store_true", help="operator counts and parameter bytes instead of the IR")
     s.add_argument("--passes", action="store_true", help="run the standard pipeline, printing the IR after "
                    "each pass and a timing table")

@@ -3,7 +3,9 @@
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
 `CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` caps the OpenMP
 threads of the kernels; it is set on the calling thread before every run, because OpenMP keeps
-the setting per thread.
+the setting per thread. Without `threads`, a model built for fewer cores than this machine has
+(its target's `cores`) runs that many threads: its parallel loops were split for them, and more
+threads would share them unevenly. Otherwise OpenMP's default (every core) applies.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.codegen import openmp_env
 from kiln.errors import InputError, KilnError
+from kiln.target import Target, host_cores
 
 # onnxruntime's spelling of tensor element types
 _ORT_TYPES = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16",
@@ -49,8 +52,8 @@ class InferenceSession:
             self.model = _load_model(path_or_model)
         else:
             self.model = build(path_or_model, opt_level=opt_level, executor=executor)
-        self.threads = threads
-        self._set_threads = openmp_env.set_num_threads(self.model.library) if threads else None
+        self.threads = threads or default_threads(self.model.target)
+        self._set_threads = openmp_env.set_num_threads(self.model.library) if self.threads else None
         self._output_names = [o.name for o in self.model.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -78,14 +81,20 @@ class InferenceSession:
         return self.model.export(directory)
 
 
+def default_threads(target: Target) -> int | None:
+    """The threads a session runs when not told (see the module doc); None: OpenMP's default."""
+    return target.cores if target.cores < host_cores() else None
+
+
 def _load_model(directory: str | os.PathLike) -> CompiledModel:
     from kiln.compiler.specialize import compile_specialized
     from kiln.runtime import artifact
 
     cm, aot, meta = artifact.load(directory, compile_specialized)
+    target = artifact.artifact_target(meta, directory)
     if aot is not None:
-        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2))
-    return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2))
+        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2), target=target)
+    return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target)
 
 
 def load(directory: str | os.PathLike, threads: int | None = None) -> InferenceSession:

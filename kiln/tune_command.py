@@ -7,10 +7,10 @@ dims, tunes the whole model (kiln.compiler.tune_model) and checks the picks insi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from kiln.errors import InputError
+from kiln.target import Target, host_cores
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
 from kiln.tune.progress import ProgressPrinter, ms
@@ -34,7 +34,7 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
     if trials == 0 and check_rounds == 0:
         raise InputError("--trials 0 --check-rounds 0 leaves nothing to do: give trials to run, or rounds to check "
                          "the records' picks in the model")
-    threads = threads or os.cpu_count() or 1
+    threads = threads or host_cores()
     mod = from_onnx(with_fixed_dims(load_model(model_path), dims, say, "; builds match records by shape"))
     if trials:
         options = TuneOptions(trials=trials, batch=batch, seed=seed,
@@ -54,9 +54,8 @@ def run_tune(model_path: str, dims: dict[str, int], records: str, *, trials: int
 def check(mod, records: str, threads: int, rounds: int, opt_level: int, say: Callable[[str], None] = print) -> None:
     """Check the records' picks for this model inside it (kiln.compiler.in_model_check) and log the verdicts."""
     from kiln.compiler.in_model_check import check_picks
-    from kiln.tune.tasks import host_target
 
-    target = host_target()
+    target = Target.host().key
     configs = rec.best_configs(rec.load(records), target)  # none from a file not written yet
     checks = check_picks(mod, configs, target, threads, rounds, opt_level) if configs else []
     if not checks:

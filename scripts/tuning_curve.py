@@ -51,14 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import load_model
     from kiln.tune import records as rec
-    from kiln.tune.tasks import host_target
+    from kiln.target import Target
 
     recs = rec.load(args.records)
     if not recs:
         raise SystemExit(f"{args.records}: no records")
     start = args.start if args.start is not None else min(r.timestamp for r in recs)
     model = with_fixed_dims(load_model(args.model), {}, print)
-    mod, feeds, target = kiln.from_onnx(model), feeds_for(model), host_target()
+    mod, feeds, target = kiln.from_onnx(model), feeds_for(model), Target.host().key
     engines, rows = [], []
     for label, cut in checkpoints(recs, start, args.minutes):
         held = [r for r in recs if cut is None or r.timestamp <= cut]

@@ -54,7 +54,7 @@ def test_executor_can_be_forced(reference):
         kiln.build(small_cnn(), executor="aot")
 
 
-@pytest.mark.parametrize("kw, needle", [({"target": "cuda"}, "target 'cuda'"), ({"executor": "vm"}, "executor 'vm'")])
+@pytest.mark.parametrize("kw, needle", [({"target": "cuda"}, "target kind 'cuda'"), ({"executor": "vm"}, "executor 'vm'")])
 def test_bad_options_name_what_was_wrong(kw, needle):
     with pytest.raises(KilnError, match=needle):
         kiln.build(small_cnn(), **kw)

@@ -8,6 +8,7 @@ import pytest
 
 from kiln.cli import main
 from kiln.models import small_cnn
+from kiln.target import Target
 from kiln.transform.layout import default_block
 
 
@@ -68,7 +69,7 @@ def test_show_text_stats_passes_and_graph(cnn_path, capsys, tmp_path):
         page = path.read_text()
         # the default opt_level keeps convs in the blocked layout: 16 channels are 2 blocks of 8 (AVX2) or
         # 1 block of 16 (AVX-512)
-        blocked = f">(N, {16 // default_block()}, 32, 32, {default_block()}), float32<"
+        blocked = f">(N, {16 // default_block(Target.host())}, 32, 32, {default_block(Target.host())}), float32<"
         assert "<svg" in page and "fused (" in page and blocked in page
 
 

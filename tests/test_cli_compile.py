@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import onnx
@@ -30,6 +31,23 @@ def test_compile_reports_stages_then_run_loads_the_directory(cnn_path, tmp_path,
     assert main(["run", str(out), "--output-dir", str(tmp_path / "outs")]) == 0
     assert "probs: shape=(1, 10) dtype=float32 sum=1" in capsys.readouterr().out
     assert os.listdir(tmp_path / "outs") == ["probs.npy"]
+
+
+def test_compile_for_a_target_string_then_show_prints_it(cnn_path, tmp_path, capsys):
+    """`--target` takes a partial string (the rest is the host's); `kiln show DIR` prints the artifact's target
+    and notes the core count that differs from this machine's."""
+    from kiln.target import Target
+
+    cores = Target.host().cores + 1
+    out = tmp_path / "cnn"
+    assert main(["compile", cnn_path, "-o", str(out), "--dim", "N=1", "--target", f"c -cores={cores}"]) == 0
+    assert f"-cores={cores} " in capsys.readouterr().out
+    assert main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"target: {dataclasses.replace(Target.host(), cores=cores)}" in text
+    assert f"host:   {Target.host()}" in text and f"built for {cores} cores" in text
+    assert main(["compile", cnn_path, "-o", str(tmp_path / "x"), "--target", "c -frobnicate=1"]) == 2
+    assert "unknown target option '-frobnicate=1'" in capsys.readouterr().err
 
 
 def test_compile_keeps_symbolic_dims_and_lists_host_groups(cnn_path, tmp_path, capsys):

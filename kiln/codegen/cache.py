@@ -1,8 +1,10 @@
 """A content-addressed on-disk cache of compiled modules.
 
-Key: sha256 of the source, the flags and the compiler's identity. Every file appears atomically
-(written under a unique temporary name, then os.replace), so processes building the same module
-at once all end up loading one complete library; a hit runs no compiler at all.
+Key: sha256 of the source, the flags and the compiler's identity. The target (kiln.Target) enters
+through both: its ISA through the flags (Target.compiler_flags), what else it decides (vector width,
+cores, caches) through the source its schedules made; the same C for the same flags is the same library.
+Every file appears atomically (written under a unique temporary name, then os.replace), so processes
+building the same module at once all end up loading one complete library; a hit runs no compiler at all.
 
 A module whose functions are marked as units (kiln.codegen.c_source.UNIT_MARK) compiles as several
 translation units in parallel, one gcc per CPU, then links: each unit is the shared prelude plus a
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.codegen.c_source import UNIT_MARK
+from kiln.target import host_cores
 from kiln.codegen.compiler import (FLAGS, compile_object, compile_shared, compiler_identity, find_compiler, link_shared,
                                    object_flags)
 
@@ -38,7 +41,7 @@ def default_jobs() -> int:
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+        cpus = host_cores()
     try:
         busy = os.getloadavg()[0] - 1
     except OSError:

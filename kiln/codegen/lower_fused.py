@@ -20,6 +20,7 @@ from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var,
 from kiln.ir.types import ANY, TensorType, TupleType
 from kiln.ir.visitor import post_order
 from kiln.op.registry import Pattern
+from kiln.target import Target, building_for
 from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
@@ -87,9 +88,16 @@ def _dtype(a: np.ndarray) -> str:
     return from_numpy(a.dtype)
 
 
-def lower_primitive(fn: Function, name: str, *, passes: bool = True) -> Kernel:
-    """Lower one Primitive function to a PrimFunc named `name`. passes=False stops before the tir
-    passes: the scheduled loop nest as the schedule made it (the tuner's cost model reads it)."""
+def lower_primitive(fn: Function, name: str, *, passes: bool = True, target: Target | None = None) -> Kernel:
+    """Lower one Primitive function to a PrimFunc named `name`, scheduled for `target` (default: the host).
+    passes=False stops before the tir passes: the scheduled loop nest as the schedule made it (the tuner's
+    cost model reads it)."""
+    target = target or Target.host()
+    with building_for(target):  # the computes that depend on the machine read it as Target.current()
+        return _lower(fn, name, passes, target)
+
+
+def _lower(fn: Function, name: str, passes: bool, target: Target) -> Kernel:
     sizes: dict[str, tir.Var] = {}
     env: dict[int, object] = {}
     params = []
@@ -128,7 +136,7 @@ def lower_primitive(fn: Function, name: str, *, passes: bool = True) -> Kernel:
     outputs = list(result) if isinstance(result, tuple) else [result]
     out_types = list(fn.body.type.fields) if isinstance(fn.body.type, TupleType) else [fn.body.type]
     outputs = [_materialize(o, params) for o in outputs]
-    sched = schedule_group(outputs, _anchor(fn))
+    sched = schedule_group(outputs, _anchor(fn), target)
     func = create_prim_func(sched, name, inputs=params + [t for t, _ in consts])
     lowered = lower_passes(func, skip=KERNEL_SKIPPED_PASSES) if passes else func
     return Kernel(lowered, [a for _, a in consts], len(params),

@@ -32,6 +32,7 @@ from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.executor import describe_group
 from kiln.tir.stmt import Buffer
+from kiln.target import Target
 from kiln.transform import PassContext
 from kiln.tune.apply import Tuned
 
@@ -133,17 +134,19 @@ def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any])
 
 def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = None,
               ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
-              flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None) -> AotExecutor:
+              flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None) -> AotExecutor:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
-    `tuned`: tuning records' configs to schedule the groups with.
+    `tuned`: tuning records' configs to schedule the groups with; `target`: the machine to build for (default:
+    the host; `flags` are then mapped to it).
 
     `memory_limit` (bytes) bounds the arena of intermediates: a larger plan raises
     MemoryLimitError before anything is compiled or run."""
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
-    fused = fuse(mod, opt_level, ctx)
+    target = target or Target.host()
+    fused = fuse(mod, opt_level, ctx or PassContext(opt_level, target=target))
     # NOTE: a caller's own compile-cache directory holds the lowered groups too
-    lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None)
+    lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None, target)
     if host:
         raise AotError(f"{len(host)} fused group(s) cannot be compiled: {'; '.join(host)}{_HINT}")
     graph, outputs = _flatten(fused.main, kernels)
@@ -161,7 +164,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
              for i in plan.order]
     source = generate_aot([k.func for k in lowered], calls, copies)
-    path = (cache or CompileCache()).build(source.code, cc, flags)
+    path = (cache or CompileCache()).build(source.code, cc, target.compiler_flags(flags))
     report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
                           sum(graph.nbytes(t) for t in outputs))

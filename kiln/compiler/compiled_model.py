@@ -16,6 +16,7 @@ from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.target import Target
 from kiln.tune.apply import Tuned
 
 
@@ -39,6 +40,7 @@ class CompiledModel:
     report: BuildReport = field(default_factory=BuildReport)
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
     per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
+    target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:
@@ -67,8 +69,8 @@ class CompiledModel:
 
     def export(self, directory: str | os.PathLike) -> Path:
         """Save library, graph and weights to `directory`; kiln.load(directory) runs it again."""
-        info = {"target": "c", "opt_level": self.opt_level, "built_with": self.executor,
-                "compiler": compiler_identity(find_compiler("gcc")).splitlines()[0],
+        info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
+                "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
                 "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs]}
         aot = self.runner if isinstance(self.runner, AotExecutor) else None
         return artifact.export(directory, self._graph_state(), info, aot)
@@ -77,7 +79,7 @@ class CompiledModel:
         """The kernel-by-kernel view of the same library (the AOT library exports every kernel too)."""
         if isinstance(self.runner, GraphExecutor):
             return self.runner
-        _, kernel_of, host = lower_groups(self.mod, self.tuned)
+        _, kernel_of, host = lower_groups(self.mod, self.tuned, target=self.target)
         lib = self.runner.library
         return artifact.assemble(self.mod, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
 

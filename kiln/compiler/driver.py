@@ -16,6 +16,7 @@ from typing import Any
 
 from kiln.codegen.cache import CompileCache
 from kiln.codegen.backends import build_library
+from kiln.codegen.compiler import FLAGS
 from kiln.compiler.aot import build_aot
 from kiln.compiler.compiled_model import CompiledModel
 from kiln.compiler.fuse import fuse
@@ -27,19 +28,20 @@ from kiln.errors import AotError, KilnError
 from kiln.ir.module import IRModule
 from kiln.runtime import artifact
 from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.target import Target
 from kiln.transform import PassContext, PassTiming
 from kiln.tune.apply import Tuned
 
-TARGETS = ("c",)
 EXECUTORS = ("auto", "aot", "graph")
 
 
-def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = "auto",
+def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *, executor: str = "auto",
           progress: Callable[[str], None] | None = None,
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
           pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
           required_passes: Sequence[str] = ()) -> CompiledModel:
-    """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`.
+    """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`: a kiln.Target or its
+    string (kiln.Target.parse: "c -cores=4"; options left out are the host's), by default this machine.
 
     executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
     plus an AOT build per input shapes, made on the first run at those shapes, see
@@ -48,11 +50,11 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
     or workload key -> config; each group with a record for this target is scheduled with its
     fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
     PassContext (config, disabled, required); an unknown pass name or config key is a KilnError."""
-    if target not in TARGETS:
-        raise KilnError(f"target {target!r} is not supported; the targets are {', '.join(TARGETS)}")
+    target = Target.parse(target)
     if executor not in EXECUTORS:
         raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}))
+    ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}),
+                      target=target)
     report = BuildReport()
     if not isinstance(model, IRModule):
         from kiln.frontend.onnx import from_onnx
@@ -60,7 +62,7 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
         t0 = time.perf_counter()
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
-    tuned = _load_records(records, report, progress) if records is not None else None
+    tuned = _load_records(records, target, report, progress) if records is not None else None
     static = is_static(model)
     if executor == "aot" or (executor == "auto" and static):
         try:
@@ -73,15 +75,17 @@ def build(model: Any, target: str = "c", opt_level: int = 2, *, executor: str = 
     compiled = _build_graph(model, ctx, report, progress, tuned)
     if executor == "auto" and not static:
         compiled.per_shape = ShapeSpecialized(model, compiled.runner, lambda shapes: build_aot(
-            with_input_shapes(model, shapes), opt_level, ctx=ctx, cache=CompileCache(), tuned=tuned))
+            with_input_shapes(model, shapes), opt_level, ctx=ctx, cache=CompileCache(), tuned=tuned, cc=target.cc,
+            target=target))
         if progress is not None:
             progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
     return compiled
 
 
-def _load_records(records: Any, report: BuildReport, progress: Callable[[str], None] | None) -> Tuned:
+def _load_records(records: Any, target: Target, report: BuildReport,
+                  progress: Callable[[str], None] | None) -> Tuned:
     t0 = time.perf_counter()
-    tuned = Tuned.load(records)
+    tuned = Tuned.load(records, target.key)
     where = f" from {records}" if isinstance(records, (str, os.PathLike)) else ""
     report.add("records", time.perf_counter() - t0, f"{len(tuned.configs)} tuned workload(s){where}", progress)
     return tuned
@@ -96,7 +100,8 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     timing, cache = PassTiming(), CountingCache()
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
-    aot = build_aot(mod, opt_level, ctx=replace(ctx, instruments=[timing]), cache=cache, tuned=tuned)
+    aot = build_aot(mod, opt_level, ctx=replace(ctx, instruments=[timing]), cache=cache, tuned=tuned, cc=ctx.target.cc,
+                    target=ctx.target)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)
@@ -104,7 +109,7 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     report.add("lower", total - passes - cache.seconds,
                f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
-    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned)
+    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned, target=ctx.target)
 
 
 def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
@@ -115,14 +120,16 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
     fused = fuse(mod, opt_level, replace(ctx, instruments=[timing]))
     report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
     t0 = time.perf_counter()
-    lowered, kernel_of, host = lower_groups(fused, tuned)
+    lowered, kernel_of, host = lower_groups(fused, tuned, target=ctx.target)
     report.add("lower", time.perf_counter() - t0,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
-    lib = build_library([k.func for k in lowered], "model", cache=cache) if lowered else None
+    flags = ctx.target.compiler_flags(FLAGS)
+    lib = build_library([k.func for k in lowered], "model", cc=ctx.target.cc, flags=flags, cache=cache) \
+        if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
-    return CompiledModel(fused, "graph", cm, opt_level, report, tuned)
+    return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)
 
 
 def _compiled(report: BuildReport, cache: CountingCache, kernels: int, progress: Callable[[str], None] | None):

@@ -2,7 +2,7 @@
 unchanged model skips te/tir lowering and C printing (the compile cache then answers for gcc).
 
 Key: the group's canonical text (kiln.tune.tasks.group_text) with the bytes of every constant, the
-knob config its schedule runs under, the target (compiler and CPU) and a digest of Kiln's own
+knob config its schedule runs under, the target (kiln.Target's key: machine and compiler) and a digest of Kiln's own
 sources, so any change to the compiler invalidates every entry. Value: one JSON file (no pickle)
 holding the function's C with placeholder symbols (kiln.codegen.c_source.RenderedFunc) and its
 parameters (kiln.codegen.kernel_signature). A hit is a Kernel whose PrimFunc has the parameters and
@@ -36,12 +36,13 @@ from kiln.ir.expr import Constant, Function
 from kiln.ir.types import TupleType
 from kiln.ir.visitor import post_order
 from kiln.codegen.kernel_signature import decode_signature, encode_params
+from kiln.target import Target
 from kiln.tir import expr as E
 from kiln.tir.functor import walk
 from kiln.tir.stmt import Evaluate, For, LetStmt, PrimFunc
 from kiln.topi import knobs
 from kiln.tune.apply import Tuned, lowering
-from kiln.tune.tasks import group_text, host_target
+from kiln.tune.tasks import group_text
 
 FORMAT = 1
 _KILN_ROOT = Path(__file__).resolve().parents[1]
@@ -92,18 +93,19 @@ class KernelCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def lower(self, fn: Function, name: str, tuned: Tuned | None = None) -> Kernel:
+    def lower(self, fn: Function, name: str, tuned: Tuned | None = None, target: Target | None = None) -> Kernel:
+        target = target or Target.host()
         config = tuned.config_for(fn) if tuned is not None and tuned.configs else None
         # NOTE: inside someone else's knob context (a tuner exploring) the key would miss its config
         outer = knobs._ACTIVE.get() is not None
-        path = None if outer else self.path(kernel_key(fn, config, host_target()))
+        path = None if outer else self.path(kernel_key(fn, config, target.key))
         kernel = self._load(path, fn, name) if path is not None else None
         if kernel is not None:
             self.hits += 1
             return kernel
         self.misses += 1
         with lowering(fn, tuned):
-            k = lower_primitive(fn, name)
+            k = lower_primitive(fn, name, target=target)
         rendered = render(k.func)  # NOTE: raises for a group the C backend cannot spell
         func = dataclasses.replace(k.func, attrs=(*k.func.attrs, (RENDERED_ATTR, rendered)))
         kernel = dataclasses.replace(k, func=func)

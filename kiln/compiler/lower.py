@@ -10,6 +10,7 @@ from __future__ import annotations
 from kiln.codegen.kernel_binding import reads_unbound_size, size_bindings
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.backends import build_library
+from kiln.codegen.compiler import FLAGS
 from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.specialize import compile_specialized
@@ -19,16 +20,18 @@ from kiln.ir.module import IRModule
 from kiln.ir.structural import structural_equal, structural_hash
 from kiln.runtime.artifact import assemble
 from kiln.runtime.executor import GraphExecutor, primitive_functions
+from kiln.target import Target
 from kiln.transform import PassContext
 from kiln.tune.apply import Tuned
 
 
-def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None
-                 ) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
+def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCache | None = None,
+                 target: Target | None = None) -> tuple[list[Kernel], dict[int, Kernel], list[str]]:
     """Lower each distinct Primitive function once: (the kernels to compile, id(function) -> its
     kernel, why each group that could not be lowered runs on the host). `tuned` holds tuning
     records' configs: a group whose workload has one is scheduled with it. `kernels`: where lowered
-    groups are cached (default: under the default cache directory)."""
+    groups are cached (default: under the default cache directory). `target`: what to schedule for (default:
+    the host)."""
     lowered: list[Kernel] = []
     host: list[str] = []
     by_hash: dict[int, list[tuple[Function, Kernel]]] = {}
@@ -41,7 +44,7 @@ def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCac
             continue
         try:
             # NOTE: a group the C backend cannot spell must not sink the whole library (the cache renders it)
-            k = kernels.lower(fn, f"fused_{n}", tuned)
+            k = kernels.lower(fn, f"fused_{n}", tuned, target)
         except KilnError as err:
             host.append(str(err))
             continue
@@ -60,7 +63,8 @@ def lower_groups(fused: IRModule, tuned: Tuned | None = None, kernels: KernelCac
 
 def build_graph_executor(mod: IRModule, opt_level: int = 2, ctx: PassContext | None = None) -> GraphExecutor:
     """Optimize, fuse, lower and compile `mod`; returns a GraphExecutor whose `run` executes it."""
+    target = ctx.target if ctx is not None else Target.host()
     fused = fuse(mod, opt_level, ctx)
-    lowered, alias, host = lower_groups(fused)
-    lib = build_library([k.func for k in lowered], "model") if lowered else None
+    lowered, alias, host = lower_groups(fused, target=target)
+    lib = build_library([k.func for k in lowered], "model", flags=target.compiler_flags(FLAGS)) if lowered else None
     return assemble(fused, alias, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)

@@ -2,20 +2,21 @@
 
 DIR/model.so is the kernels' library; DIR/model.json holds the fused IR (Kiln's text form, weights
 by reference), each kernel's calling convention, the model's inputs/outputs, the Kiln version, the
-compiler flags, the CPU features it was built for and the sha256 of the other two files;
+compiler flags, the target it was built for (kiln.Target's string) and the sha256 of the other two files;
 DIR/weights.npz holds the weights (no pickle). Loading checks all of that before it trusts the
-library, then rebuilds the executor state: no compiler runs.
+library (a target with an ISA feature this CPU lacks is refused; a different core count is warned about),
+then rebuilds the executor state: no compiler runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,31 +39,11 @@ from kiln.ir.printer import text_with_params
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
 from kiln.runtime.specialize import CompileSpecialized
+from kiln.target import Target
 
 FORMAT = "kiln-compiled-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the target string replaces the list of CPU features
 LIBRARY, GRAPH, WEIGHTS = "model.so", "model.json", "weights.npz"
-# Instruction-set extensions (as /proc/cpuinfo names them) that -march=native code may use.
-ISA_FEATURES = frozenset(
-    "sse sse2 pni ssse3 sse4_1 sse4_2 popcnt abm movbe aes pclmulqdq avx avx2 fma f16c bmi1 bmi2 adx "
-    "avx512f avx512cd avx512bw avx512dq avx512vl avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni "
-    "avx512_bitalg avx512_vpopcntdq avx512_bf16 avx512_fp16 avx_vnni amx_tile amx_bf16 amx_int8 "
-    "asimd asimdhp sve sve2".split())
-
-
-def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
-    """The ISA extensions this CPU has, or None where the OS does not say."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split()) & ISA_FEATURES
-    return None
-
-
 def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
              function: Callable[[Kernel], CFunction], library: Any,
              compile_specialized: CompileSpecialized | None = None) -> GraphExecutor:
@@ -108,7 +89,7 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
             shutil.copyfile(cm.library.path, tmp / LIBRARY)
         meta = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
-            **info, "compiler_flags": list(FLAGS), "cpu_features": sorted(cpu_features() or ()),
+            **info, "compiler_flags": list(Target.parse(info.get("target")).compiler_flags(FLAGS)),
             "files": {n: _sha256(tmp / n) for n in (LIBRARY, WEIGHTS) if (tmp / n).exists()},
             "num_params": len(params), "graph": text, "kernels": kernels,
             "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
@@ -214,12 +195,19 @@ def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
             raise ArtifactError(f"{d} is missing {name}")
         if _sha256(d / name) != digest:
             raise ArtifactError(f"{d / name} is corrupt (its sha256 does not match {GRAPH})")
-    have = cpu_features()
-    lacking = sorted(set(meta["cpu_features"]) - have) if have is not None else []
+    lacking = artifact_target(meta, d).missing_features()
     if lacking:
         raise ArtifactError(f"{d} was compiled for a CPU with {', '.join(lacking)}, which this CPU lacks: "
-                            "compile the model again on this machine")
+                            "compile the model again on this machine, or for a target without them (--target)")
     return meta
+
+
+def artifact_target(meta: dict[str, Any], where: str | os.PathLike = "the model") -> Target:
+    """The target a saved model was built for."""
+    try:
+        return Target.parse(meta["target"])
+    except (KeyError, TypeError, KilnError) as e:
+        raise ArtifactError(f"{where}: no readable target in {GRAPH} ({e})") from None
 
 
 def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized | None = None
@@ -229,6 +217,9 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
     `compile_specialized`: see `assemble`."""
     d = Path(directory)
     meta = read_metadata(d)
+    note = artifact_target(meta, d).cores_note()
+    if note is not None:
+        warnings.warn(f"{d}: {note}", stacklevel=2)
     try:
         with np.load(d / WEIGHTS, allow_pickle=False) as z:
             weights = {k: z[k] for k in z.files}

@@ -12,7 +12,6 @@ conv (1x1, stride 1, no padding) may run its pixels as one axis ("conv.flat", se
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,8 +25,8 @@ from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.nn import MAX_TAKEN, window_count
 from kiln.topi.knobs import knob
+from kiln.target import Target
 from kiln.topi.registry import ComputeError, get_compute, register_compute, static_shape
-from kiln.transform.pack_dense import host_l2_bytes
 
 
 def _static(d: PrimExpr) -> int | None:
@@ -144,7 +143,7 @@ def _conv2d_nchwc(attrs, inputs, out_type, consts):
     size = _bytes(x)  # of the pixels a 1x1 conv reads: a strided one reads out[0] x out[1] of them
     size = size * out[0] * out[1] // (_static(xs[2]) * _static(xs[3])) if size else None
     if (kh, kw) == (1, 1) and xp is x and \
-            knob("conv.flat", (False, True), flat_by_default(size // group if size else None, oco)):
+            knob("conv.flat", (False, True), flat_by_default(size // group if size else None, oco, Target.current())):
         return _pointwise(x, w, b, (oco, out[0], out[1], ocb), acc, per_group if group > 1 else None, (sh, sw))
 
     def f(n, m, y, z, mc):
@@ -183,10 +182,11 @@ FLAT_INPUT_L2_SHARE = 2  # the input fits in 1/FLAT_INPUT_L2_SHARE of a core's L
 FLAT_BLOCKS_PER_CORE = 4  # output channel blocks per core, at least (two tiles of two blocks)
 
 
-def flat_by_default(input_bytes: int | None, out_blocks: int) -> bool:
-    """Whether a pointwise conv runs its pixels as one axis unless a tuning record says otherwise."""
-    return (input_bytes is not None and input_bytes <= host_l2_bytes() // FLAT_INPUT_L2_SHARE
-            and out_blocks >= FLAT_BLOCKS_PER_CORE * (os.cpu_count() or 1))
+def flat_by_default(input_bytes: int | None, out_blocks: int, target: Target) -> bool:
+    """Whether a pointwise conv runs its pixels as one axis unless a tuning record says otherwise (the compute
+    passes Target.current(): the registry gives computes no target)."""
+    return (input_bytes is not None and input_bytes <= target.l2_bytes // FLAT_INPUT_L2_SHARE
+            and out_blocks >= FLAT_BLOCKS_PER_CORE * target.cores)
 
 
 def _bytes(t: te.Tensor) -> int | None:

@@ -30,6 +30,7 @@ from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
 from kiln.topi.schedule_anchor import block, data_size, inline_injective, is_reduction, parallel_outer
+from kiln.target import Target
 from kiln.topi.schedule_dense import default_mr, panel_width
 from kiln.topi.schedule_generic import loop_nest
 
@@ -118,8 +119,9 @@ class _Cell:
         memory (a store and reload per k): on the audio LSTM (hidden 128, Zen4) the tile is 2x faster (4
         partials; 8 were slower), and 8 batch rows instead of 4 took a batch-8 LSTM from 21 to 15 ms."""
         batch = self.batch.value if isinstance(self.batch, tir.IntImm) else 1
-        rows = min(batch, default_mr())  # the dense kernel's tile height: 8 with AVX-512's 32 registers, else 6
-        ku = next(u for u in range(min(K_SPLIT, default_mr() // rows), 0, -1) if self.hidden % u == 0)
+        mr = default_mr(Target.current())  # NOTE: a compute: the target of the lowering in progress
+        rows = min(batch, mr)  # the dense kernel's tile height: 8 with AVX-512's 32 registers, else 6
+        ku = next(u for u in range(min(K_SPLIT, mr // rows), 0, -1) if self.hidden % u == 0)
 
         def f(d, b, u, g):
             k = te.reduce_axis(self.hidden // ku, "k")
@@ -235,7 +237,7 @@ def _lstm_step(c: _Cell, s: _Step, h: Tensor, cs: Tensor) -> list[Tensor]:
     return [te.compute(c.shape(), hidden, name="rnn_h"), c_new]
 
 
-def _gate_nest(s: Schedule, st: Stage, parallel: bool) -> None:
+def _gate_nest(s: Schedule, st: Stage, parallel: bool, target: Target) -> None:
     """h·R^T's partial sums as parallel (direction, gate block, batch row) tasks; each accumulates a
     (partial x gate block) register tile over k (k outside, partials unrolled, gates vectorized, two
     vectors wide as the dense kernel's panels) and stores it once."""
@@ -243,7 +245,7 @@ def _gate_nest(s: Schedule, st: Stage, parallel: bool) -> None:
     d, b, u, g = st.op.axis
     attrs = dict(st.op.attrs)
     nr = attrs.get("panel")  # R^T in panels: one task per panel
-    go, gi = st.split(g, nr or block(g.dom.extent, panel_width(st.op.output(0).dtype)))
+    go, gi = st.split(g, nr or block(g.dom.extent, panel_width(st.op.output(0).dtype, target)))
     static_batch = isinstance(b.dom.extent, tir.IntImm)
     bo, bi = st.split(b, block(b.dom.extent, attrs.get("rows", 1)) if static_batch else 1)
     st.reorder(d, go, bo, bi, u, gi)
@@ -263,12 +265,14 @@ def _gate_nest(s: Schedule, st: Stage, parallel: bool) -> None:
 def schedule_step(outputs: Sequence[Tensor], parallel: bool = True) -> Schedule:
     """A step's loop nests: gate products vectorized along the gate axis (parallel when large and
     `parallel`: not in a scan lane, already one thread's), activations inlined into the new-state computes."""
+    # NOTE: the scan schedules its step from inside the compute, which no target reaches as an argument
+    target = Target.current()
     s = create_schedule(outputs)
     for st in inline_injective(s, outputs, keep=lambda st: getattr(st.op, "tag", "") == KEEP):
         if is_reduction(st):
-            _gate_nest(s, st, parallel)
+            _gate_nest(s, st, parallel, target)
         else:
-            loop_nest(st)
+            loop_nest(st, target)
     return s
 
 

@@ -17,6 +17,7 @@ from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, Operation, Tensor
 from kiln.tir.expr import ProducerLoad, Select
 from kiln.tir.functor import map_expr, substitute, walk
+from kiln.target import Target
 from kiln.topi.schedule_generic import PARALLEL_MIN_ELEMENTS, loop_nest
 
 
@@ -88,10 +89,10 @@ def is_pad(st: Stage) -> bool:
     return isinstance(body, Select) and not any(isinstance(x, ProducerLoad) for x in walk(body.cond))
 
 
-def materialize(st: Stage) -> None:
+def materialize(st: Stage, target: Target) -> None:
     """Compute a producer once at the root, with the generic parallel/vector loop nest."""
     st.compute_root()
-    loop_nest(st)
+    loop_nest(st, target)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
@@ -34,7 +35,7 @@ def _keep(st: Stage) -> bool:
     return is_pad(st) or st.op.name in MATERIALIZED
 
 
-def schedule_attention(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_attention(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     s = create_schedule(outputs)
     if not any(st.op.name in MATERIALIZED for st in s.stages):
         return None
@@ -42,9 +43,9 @@ def schedule_attention(outputs: Sequence[Tensor]) -> Schedule | None:
         if st.op.name == SCORES and is_reduction(st):
             scores_nest(st)
         elif is_reduction(st):
-            reduce_nest(s, st)
+            reduce_nest(s, st, target)
         elif _keep(st):
-            materialize(st)
+            materialize(st, target)
         else:
-            loop_nest(st)
+            loop_nest(st, target)
     return s

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.target import Target
 from kiln.te.schedule import Schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.schedule_anchor import anchor_stages, block, data_size, is_pad, materialize, parallel_outer, static
@@ -23,12 +24,12 @@ COLUMN_BLOCK = 16  # output columns per accumulator block: two AVX2 vectors
 UNROLLED_MAX = 128  # accumulators of a fully unrolled block (narrow maps): gcc scalarizes the buffer
 
 
-def schedule_conv(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_conv(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     a = anchor_stages(outputs, keep=is_pad)
     if a is None or len(a.out.op.axis) < 3:
         return None
     for st in a.others:
-        materialize(st)
+        materialize(st, target)
     out, red = a.out, a.red
     n, m, *rows, w = out.op.axis
     rn, rm, *rrows, rw = red.op.axis

@@ -17,17 +17,16 @@ over channel tiles (a grouped one's groups outermost). Depthwise convs unroll ev
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from kiln.ir.dtype import to_numpy
+from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.knobs import knob
-from kiln.transform.pack_dense import host_l2_bytes, host_vector_registers
 from kiln.topi.schedule_transform import row_nest
 from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, loads_of, materialize,
                                       parallel_axes, parallel_outer, static)
@@ -73,9 +72,9 @@ BUDGETS = {32: Accumulators(base=16, wide=28, stem=16, grouped=None, choices=(No
                             columns=(6,), row=7, guarded=6, lone=10)}
 
 
-def budget(registers: int | None = None) -> Accumulators:
-    """The accumulator budgets of a host with `registers` vector registers (this host's by default)."""
-    return BUDGETS[32 if (registers or host_vector_registers()) >= 32 else 16]
+def budget(registers: int) -> Accumulators:
+    """The accumulator budgets of a target with `registers` vector registers."""
+    return BUDGETS[32 if registers >= 32 else 16]
 
 
 # a stem's kernel row x input channels unrolled at most (7x7 x 3 is 21). Not an 8x8 patch embedding's 24: gcc
@@ -93,8 +92,8 @@ DW_WIDE_COLUMNS = (16, 14, 12)
 DW_WIDE_MAX_ROW = 32
 
 
-def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None,
-                  registers: int | None = None) -> tuple[int, int]:
+def default_tiles(ow: int | None, oc_blocks: int | None = None, accumulators: int | None = None, *,
+                  registers: int) -> tuple[int, int]:
     """(oc_tile, ow_tile): the budget's column tile (see Accumulators), then as many channel blocks as
     divide the channels and keep <= `accumulators` vectors (by default the budget's base, or its wide one
     as above). A channel count that no such tile of two or more blocks fits gets the budget's lone column
@@ -156,7 +155,8 @@ def _elements(t: Tensor) -> int | None:
     return None if any(d is None for d in dims) else math.prod(dims)
 
 
-def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int | None, oc_tile: int) -> bool:
+def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int | None, oc_tile: int,
+                   l2: int) -> bool:
     """Whether channel blocks outside rows moves fewer bytes: rows outside stream all the weights once per
     output row unless they fit in a core's L2; channel blocks outside keep one tile's weights in cache over
     the rows, but re-read the whole input once per tile unless it fits. On a Xeon with 2 MB L2s (2 threads),
@@ -179,19 +179,19 @@ def _weights_outer(a: Anchor, batch: int | None, rows: int | None, blocks: int |
     if len(sizes) < 2:
         return False
     data, weights = sizes[0], sizes[1]
-    l2, tiles = host_l2_bytes(), -(-blocks // oc_tile)
+    tiles = -(-blocks // oc_tile)
     rows_order = (weights if weights <= l2 else batch * rows * weights) + data
     blocks_order = weights + (data if data <= l2 else tiles * data)
     return blocks_order < rows_order
 
 
-def _uneven(outer: Sequence[IterVar]) -> bool:
+def _uneven(outer: Sequence[IterVar], cores: int) -> bool:
     """Whether the cores would share a flat conv's channel tiles unevenly: its pixel tiles then join the
     parallel loop. With 32 registers an expansion's tile is 4 blocks x 7 columns, so mobilenet_v2's 144- and
     192-channel expansions have 3 channel tiles: on 2 cores one ran two, the other one (151 and 144 GFLOP/s
     against 175-230 for the other convs). Counted over the loops parallel_outer fuses (parallel_axes)."""
     extents = [static(iv.dom.extent) for iv in parallel_axes(outer)]
-    return None not in extents and math.prod(extents) % (os.cpu_count() or 1) != 0
+    return None not in extents and math.prod(extents) % cores != 0
 
 
 def _unroll_channels(ky: IterVar, kx: IterVar, expands: bool, per_group: int | None) -> bool:
@@ -205,24 +205,24 @@ def _unroll_channels(ky: IterVar, kx: IterVar, expands: bool, per_group: int | N
     return static(ky.dom.extent) == 1 and static(kx.dom.extent) == 1 and not expands and not per_group
 
 
-def _root_rows(st: Stage) -> None:
+def _root_rows(st: Stage, target: Target) -> None:
     """A producer (the padded input) computed once, row by row: the generic nest divides per element,
     which is slow for a 3-channel block (the stem)."""
     if len(st.op.axis) >= 3:
         st.compute_root()
         row_nest(st)
     else:
-        materialize(st)
+        materialize(st, target)
 
 
-def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_conv_nchwc(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     a = anchor_stages(outputs, keep=is_pad)
     if a is None or len(a.out.op.axis) != 5 or len(a.red.op.reduce_axis) not in (2, 4):
         return None
     if len(a.red.op.reduce_axis) == 2:
-        return _depthwise(a)
+        return _depthwise(a, target)
     for st in a.others:
-        _root_rows(st)
+        _root_rows(st, target)
     out, red = a.out, a.red
     n, m, y, x, mc = out.op.axis
     rn, rm, ry, rx, rmc = red.op.axis
@@ -230,13 +230,14 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     few_channels = (static(ci.dom.extent) or 8) < 8  # the stem
     expands = _expands(a)
     per_group = dict(red.op.attrs).get("per_group")  # a grouped conv: Winograd's batched products, ResNeXt
-    budgets = budget()
+    budgets = budget(target.vector_registers)
     acc = budgets.stem if few_channels else budgets.wide if expands else budgets.grouped if per_group else None
     acc = knob("conv.accumulators", budgets.choices, acc)
     flat = "pixels" in dict(red.op.attrs)  # a pointwise conv whose accumulator runs over all pixels at once
     if flat:
         x = out.fuse(y, x)
-    oc_default, ow_default = default_tiles(static(x.dom.extent), per_group or static(m.dom.extent), acc)
+    oc_default, ow_default = default_tiles(static(x.dom.extent), per_group or static(m.dom.extent), acc,
+                                           registers=target.vector_registers)
     ow_tile = knob("conv.ow_tile", OW_TILES, ow_default)
     oc_tile = knob("conv.oc_tile", OC_TILES, oc_default)
     # a tile's blocks in one group share its input loads (else gcc loads each broadcast once per block: 28 loads
@@ -264,12 +265,13 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     if flat:
         outer = [n, *groups, mo]
     elif knob("conv.rows_outer", (False, True), not expands and not per_group
-              and not _weights_outer(a, static(n.dom.extent), static(y.dom.extent), static(m.dom.extent), oc_tile)):
+              and not _weights_outer(a, static(n.dom.extent), static(y.dom.extent), static(m.dom.extent), oc_tile,
+                                 target.l2_bytes)):
         outer = [n, *groups, y, mo]
     else:
         outer = [n, *groups, mo, y]
     out.reorder(*outer, xo, mi, xi, mc)
-    pixels_too = flat and knob("conv.parallel_pixels", (False, True), _uneven(outer))
+    pixels_too = flat and knob("conv.parallel_pixels", (False, True), _uneven(outer, target.cores))
     at = parallel_outer(out, [*outer, xo] if pixels_too else outer, data_size(red, reduce_too=True))
     out.unroll(mi)
     out.unroll(xi)  # NOTE: a loop over the accumulators by a variable index keeps them out of registers
@@ -296,7 +298,7 @@ def schedule_conv_nchwc(outputs: Sequence[Tensor]) -> Schedule | None:
     return a.sched
 
 
-def _depthwise(a: Anchor) -> Schedule:
+def _depthwise(a: Anchor, target: Target) -> Schedule:
     """Depthwise: a row of `dw.ow_tile` columns x one channel vector accumulates over the taps; each
     step loads an input vector (channels are contiguous in the block) and a weight vector."""
     out, red = a.out, a.red
@@ -305,7 +307,7 @@ def _depthwise(a: Anchor) -> Schedule:
         if inline_pad and is_pad(st):
             st.compute_inline()
         else:
-            _root_rows(st)
+            _root_rows(st, target)
     n, m, y, x, mc = out.op.axis
     rn, rm, ry, rx, rmc = red.op.axis
     ky, kx = red.op.reduce_axis

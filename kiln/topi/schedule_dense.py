@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
+from kiln.target import Target
 from kiln.te.bound import canon
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.knobs import knob
-from kiln.transform.pack_dense import host_vector_bytes
 from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, loads_of, materialize, parallel_outer,
                                        static, uses)
 
@@ -36,19 +36,19 @@ def columns_contiguous(a: Anchor, j: IterVar) -> bool:
     return True
 
 
-def schedule_dense(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_dense(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     a = anchor_stages(outputs)
     if a is None or not a.out.op.axis:
         return None
     for st in a.others:
-        materialize(st)
+        materialize(st, target)
     out, red = a.out, a.red
     *outer, j = out.op.axis
     *router, rj = red.op.axis
     i, ri = (outer.pop(), router.pop()) if outer else (None, None)
     vector = columns_contiguous(a, rj)
     if vector and i is not None:
-        return register_tiles(a, panel_width(red.op.body[0].dtype), 1)
+        return register_tiles(a, panel_width(red.op.body[0].dtype, target), 1, target)
     jo, ji = out.split(j, block(j.dom.extent, COLUMN_BLOCK if vector else CHAINS))
     tiles = [jo]
     if i is not None:
@@ -122,24 +122,24 @@ def _column_blocks(out: Stage, red: Stage, jo: IterVar, io: IterVar, width: int,
     return [jc, io, jp]
 
 
-def default_mr() -> int:
-    return MR_WIDE if host_vector_bytes() >= 64 else MR
+def default_mr(target: Target) -> int:
+    return MR_WIDE if target.vector_bytes >= 64 else MR
 
 
-def default_panels(rows: int | None = None) -> int:
+def default_panels(target: Target, rows: int | None = None) -> int:
     """Packed panels per register tile by default: WIDE_PANELS with AVX-512; with AVX2 one, FEW_ROWS_PANELS
     for a product of at most FEW_ROWS `rows`, ONE_ROW_PANELS for a single row (see there)."""
-    if host_vector_bytes() >= 64:
+    if target.vector_bytes >= 64:
         return WIDE_PANELS
     if rows == 1:
         return ONE_ROW_PANELS
     return FEW_ROWS_PANELS if rows is not None and rows <= FEW_ROWS else 1
 
 
-def tile_rows(panels: int) -> int:
+def tile_rows(panels: int, target: Target) -> int:
     """Rows of a register tile `panels` packed panels wide, by default: 12-16 accumulators for one panel,
     24 for two (a knob, "dense.mr", overrides it)."""
-    return default_mr() if panels == 1 else MR
+    return default_mr(target) if panels == 1 else MR
 
 
 def _panel_major(i: IterVar, red: Stage) -> bool:
@@ -154,12 +154,12 @@ def _panel_major(i: IterVar, red: Stage) -> bool:
     return m is not None and m <= PANEL_MAJOR_ROWS and k is not None and m * k * 4 <= PANEL_MAJOR_A_BYTES
 
 
-def panel_width(dtype: str) -> int:
-    """Columns of a register tile when B is not packed: two host vectors of `dtype`."""
-    return 2 * host_vector_bytes() // (8 if "64" in dtype else 4)
+def panel_width(dtype: str, target: Target) -> int:
+    """Columns of a register tile when B is not packed: two of the target's vectors of `dtype`."""
+    return 2 * target.vector_bytes // (8 if "64" in dtype else 4)
 
 
-def schedule_dense_packed(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_dense_packed(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     """linalg.dense_packed: register tiles one panel (or "dense.panels" panels) of B wide."""
     a = anchor_stages(outputs)
     if a is None or not a.out.op.axis:
@@ -169,7 +169,7 @@ def schedule_dense_packed(outputs: Sequence[Tensor]) -> Schedule | None:
         return None
     *outer, _ = a.out.op.axis
     rows = static(outer[rows_axis(outer)].dom.extent) if outer else 1
-    return register_tiles(a, nr, knob("dense.panels", (1, 2, 4), default_panels(rows)))
+    return register_tiles(a, nr, knob("dense.panels", (1, 2, 4), default_panels(target, rows)), target)
 
 
 def rows_axis(outer: Sequence[IterVar]) -> int:
@@ -179,7 +179,7 @@ def rows_axis(outer: Sequence[IterVar]) -> int:
     return next((k for k in reversed(range(len(outer))) if static(outer[k].dom.extent) != 1), len(outer) - 1)
 
 
-def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
+def register_tiles(a: Anchor, nr: int, panels: int, target: Target) -> Schedule:
     """Tile the output by mr rows x nr columns (one panel of a packed B); each tile accumulates over
     the whole k in an mr x nr local block that gcc keeps in vector registers (k outside, rows
     unrolled, the columns vectorized), then stores it once through the fused epilogue. `panels`
@@ -191,7 +191,7 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
     loops (fused), else the outermost tile loop (panels, or column blocks / row tiles), run in parallel
     when the product is big enough to share."""
     for st in a.others:
-        materialize(st)
+        materialize(st, target)
     out, red = a.out, a.red
     *outer, j = out.op.axis
     *router, rj = red.op.axis
@@ -200,7 +200,7 @@ def register_tiles(a: Anchor, nr: int, panels: int) -> Schedule:
     if outer:
         r = rows_axis(outer)
         i, ri = outer.pop(r), router.pop(r)
-        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), tile_rows(panels)))
+        io, ii = out.split(i, knob("dense.mr", (1, 2, 3, 4, 6, 8, 12), tile_rows(panels, target)))
         order = knob("dense.order", ("mn", "nm"), "nm" if _panel_major(i, red) else "mn")
         tiles = _column_blocks(out, red, jo, io, nr * panels, static(i.dom.extent)) if order == "mn" else [jo, io]
         out.reorder(*outer, *tiles, ii, ji)

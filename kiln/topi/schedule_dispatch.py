@@ -1,12 +1,16 @@
 """Which default schedule a fused group gets: the one of its anchor operator (the conv, matmul or
 reduction it is built around), else the generic one. An anchor schedule returns None when the group
 is not of the shape it handles (several outputs, a reshaping epilogue), and the next choice runs.
+Schedules are chosen by the target's kind (one table per kind) and get the target: its vector width,
+registers, caches and cores decide tile sizes and parallel splits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from kiln.errors import LoweringError
+from kiln.target import Target
 from kiln.te.schedule import Schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.schedule_conv import schedule_conv
@@ -21,9 +25,10 @@ from kiln.topi.schedule_winograd import schedule_winograd_input, schedule_winogr
 from kiln.topi.x86_attention import schedule_attention_blocked
 from kiln.topi.x86_rowwise import schedule_rowwise
 
-AnchorSchedule = Callable[[Sequence[Tensor]], "Schedule | None"]
+AnchorSchedule = Callable[[Sequence[Tensor], Target], "Schedule | None"]
 
-ANCHOR_SCHEDULES: dict[str, AnchorSchedule] = {
+# target kind -> anchor operator -> its schedule
+ANCHOR_SCHEDULES: dict[str, dict[str, AnchorSchedule]] = {"c": {
     "nn.conv": schedule_conv,
     "nn.conv_integer": schedule_conv,
     "quant.qlinear_conv": schedule_conv,
@@ -35,15 +40,19 @@ ANCHOR_SCHEDULES: dict[str, AnchorSchedule] = {
     "linalg.mat_mul_integer": schedule_dense,
     "linalg.gemm": schedule_dense,
     "linalg.dense_packed": schedule_dense_packed,
-}
+}}
 
 
-def schedule_group(outputs: Sequence[Tensor], anchor_op_name: str | None) -> Schedule:
-    rule = ANCHOR_SCHEDULES.get(anchor_op_name or "")
+def schedule_group(outputs: Sequence[Tensor], anchor_op_name: str | None, target: Target) -> Schedule:
+    anchors = ANCHOR_SCHEDULES.get(target.kind)
+    if anchors is None:
+        raise LoweringError(f"no schedules for target kind {target.kind!r}; kinds with schedules: "
+                            f"{', '.join(ANCHOR_SCHEDULES)}")
+    rule = anchors.get(anchor_op_name or "")
     fallbacks = [schedule_attention_blocked, schedule_rowwise, schedule_attention, schedule_reduce,
                  schedule_transform]
     for choice in ([rule] if rule else []) + fallbacks:
-        s = choice(outputs)
+        s = choice(outputs, target)
         if s is not None:
             return s
-    return schedule_generic(outputs)
+    return schedule_generic(outputs, target)

@@ -16,7 +16,7 @@ from kiln import tir
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, Tensor
 from kiln.topi.knobs import knob
-from kiln.transform.pack_dense import host_vector_bytes
+from kiln.target import Target
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves
@@ -47,7 +47,7 @@ def _size_of(axes) -> int | None:
     return n
 
 
-def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
+def schedule_generic(outputs: Sequence[Tensor], target: Target) -> Schedule:
     s = create_schedule(outputs)
     out_ops = {t.op for t in outputs}
     # a runtime-library function (ExternOp) reads its inputs from buffers: never inline those
@@ -59,28 +59,29 @@ def schedule_generic(outputs: Sequence[Tensor]) -> Schedule:
         if op not in out_ops and op not in extern_reads and not op.reduce_axis and op.num_outputs == 1:
             stage.compute_inline()
             continue
-        loop_nest(stage)
+        loop_nest(stage, target)
     return s
 
 
-def host_lanes() -> int:
-    """float32 lanes of the host's widest vector: 16 with AVX-512 (an omp simd loop of 16 runs in zmm
+def vector_lanes(target: Target) -> int:
+    """float32 lanes of the target's widest vector: 16 with AVX-512 (an omp simd loop of 16 runs in zmm
     registers), else VECTOR. A sigmoid-times-x over 1.2M elements: 0.66 -> 0.46 ms with 16 on Zen 4,
     which runs a 512-bit op as two 256-bit halves but has half as many ops to issue."""
-    return max(VECTOR, host_vector_bytes() // 4)
+    return max(VECTOR, target.vector_bytes // 4)
 
 
-def _default_vector(inner_ext: int | None) -> int:
-    """The host's lanes, or VECTOR where only VECTOR divides the row (no ragged last vector)."""
-    lanes = host_lanes()
+def _default_vector(inner_ext: int | None, target: Target) -> int:
+    """The target's lanes, or VECTOR where only VECTOR divides the row (no ragged last vector)."""
+    lanes = vector_lanes(target)
     if inner_ext is not None and inner_ext % lanes and inner_ext % VECTOR == 0:
         return VECTOR
     return lanes
 
 
-def loop_nest(stage: Stage) -> None:
+def loop_nest(stage: Stage, target: Target) -> None:
     axes = list(stage.op.axis) if isinstance(stage.op, ComputeOp) else []  # an extern has no loops
-    vector = knob("generic.vector", (1, 4, 8, 16, 32), _default_vector(_static(axes[-1].dom.extent) if axes else None))
+    inner = _static(axes[-1].dom.extent) if axes else None
+    vector = knob("generic.vector", (1, 4, 8, 16, 32), _default_vector(inner, target))
     parallel_min = knob("generic.parallel_min", (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, NEVER_PARALLEL),
                         PARALLEL_MIN_ELEMENTS)
     unroll = knob("generic.unroll", (1, 2, 4), 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.target import Target
 from kiln.te.schedule import Schedule, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
@@ -19,7 +20,7 @@ from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pa
 OW_TILES = (1, 2, 4, 7, 8, 14, 16)
 
 
-def schedule_pool(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_pool(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     if len(outputs) != 1 or len(outputs[0].shape) != 5:
         return None
     s = create_schedule(outputs)
@@ -34,7 +35,7 @@ def schedule_pool(outputs: Sequence[Tensor]) -> Schedule | None:
         return None
     for st in rest:
         if st is not red and st is not out:
-            materialize(st)
+            materialize(st, target)
     n, c, y, x, cb = out.op.axis
     ow = static(x.dom.extent)
     default = max((t for t in OW_TILES if ow is not None and ow % t == 0 and t <= 8), default=8)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.target import Target
 from kiln.te.bound import canon
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import IterVar, Tensor
@@ -38,10 +39,10 @@ def vector_axis(s: Schedule, st: Stage) -> IterVar | None:
     return None
 
 
-def reduce_nest(s: Schedule, st: Stage) -> None:
+def reduce_nest(s: Schedule, st: Stage, target: Target) -> None:
     v = vector_axis(s, st)
     if v is None:
-        loop_nest(st)
+        loop_nest(st, target)
         return
     others = [iv for iv in st.op.axis if iv is not v]
     run = knob("reduce.run", (16, 32, 64, 128, 256, 512), RUN)
@@ -51,15 +52,15 @@ def reduce_nest(s: Schedule, st: Stage) -> None:
     st.vectorize(vi)
 
 
-def schedule_reduce(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_reduce(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     s = create_schedule(outputs)
     if not any(is_reduction(st) for st in s.stages):
         return None
     for st in inline_injective(s, outputs, keep=is_pad):
         if is_reduction(st):
-            reduce_nest(s, st)
+            reduce_nest(s, st, target)
         elif is_pad(st):
-            materialize(st)
+            materialize(st, target)
         else:
-            loop_nest(st)
+            loop_nest(st, target)
     return s

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, Tensor
 from kiln.topi.schedule_anchor import data_size, inline_injective, parallel_outer, static
@@ -20,7 +21,7 @@ from kiln.topi.schedule_generic import VECTOR
 UNROLL_MAX = 16  # an innermost axis up to this long is unrolled when it is too short to vectorize
 
 
-def schedule_transform(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_transform(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     if len(outputs) != 1 or not isinstance(outputs[0].op, ComputeOp) or outputs[0].op.name != "layout_transform":
         return None
     s = create_schedule(outputs)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln.ir.dtype import to_numpy
+from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, IterVar, Tensor
 from kiln.topi.knobs import knob
@@ -72,7 +73,7 @@ def _positions_alias(out: Stage) -> bool:
     return stride % L1_WAY_BYTES == 0
 
 
-def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_winograd_input(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     if len(outputs) != 1:
         return None
     s = create_schedule(outputs)
@@ -112,7 +113,7 @@ def schedule_winograd_input(outputs: Sequence[Tensor]) -> Schedule | None:
     return s
 
 
-def schedule_winograd_output(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_winograd_output(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     if len(outputs) != 1:
         return None
     s = create_schedule(outputs)

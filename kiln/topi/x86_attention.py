@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kiln import te, tir
+from kiln.target import Target
 from kiln.te.schedule import Schedule, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.tir.expr import PrimExpr
@@ -28,7 +29,6 @@ from kiln.topi.schedule_generic import loop_nest
 from kiln.op import fast_math as spec
 from kiln.topi.vmath import fmax, vexp
 from kiln.topi.x86_rowwise import lanes_of
-from kiln.transform.pack_dense import host_vector_bytes
 
 Load = Callable[..., PrimExpr]
 QUERY_BLOCK = 16  # queries per block: their exp buffer (block x keys) should stay in L1/L2
@@ -155,24 +155,24 @@ def blocked_attention(q: te.Tensor, lq: Load, lk: Load, lv: Load, shape: tuple, 
     return y, qk
 
 
-def tile_rows(rows: int, width: int, dtype: str, queries) -> int:
+def tile_rows(rows: int, width: int, dtype: str, queries, target: Target) -> int:
     """Rows of a register tile `width` elements of `dtype` wide: at most `rows`, as many as keep the tile
-    within the host's accumulator budget, a divisor of the `queries` loop where one is near. BERT's tiles
+    within the target's accumulator budget, a divisor of the `queries` loop where one is near. BERT's tiles
     (32 keys or a 32-wide head, 4 AVX2 vectors a row) were 4 rows: 16 accumulators in 16 registers, one
     spilled to the stack and reloaded every step."""
-    wide = host_vector_bytes() >= 64
-    lanes = host_vector_bytes() // (8 if "64" in dtype else 4)
+    wide = target.vector_bytes >= 64
+    lanes = target.vector_bytes // (8 if "64" in dtype else 4)
     fit = (ACCUMULATORS_WIDE if wide else ACCUMULATORS) // max(1, -(-width // lanes))
     return block(queries, max(1, min(rows, fit)))
 
 
-def _score_tiles(s: Schedule, scores, rows: int, outer: list) -> None:
+def _score_tiles(s: Schedule, scores, rows: int, outer: list, target: Target) -> None:
     """Q K^T in register tiles: `rows` queries (at most; see tile_rows) x a vectorized run of keys, the head
     dim outside. `outer` are the scores' loops outside the (query tile, key run) tiles."""
     acc = s[s.cache_write(scores.op.output(0), "local")]
     *lead, i, j = scores.op.axis
     run = block(j.dom.extent, knob("attention.score_run", (16, 32, 64), 32))
-    io, ii = scores.split(i, tile_rows(rows, run, scores.op.output(0).dtype, i.dom.extent))
+    io, ii = scores.split(i, tile_rows(rows, run, scores.op.output(0).dtype, i.dom.extent, target))
     jo, ji = scores.split(j, run)
     scores.reorder(*lead, io, jo, ii, ji)
     at = outer(scores, [*lead, io, jo])
@@ -196,7 +196,7 @@ def _merge_nest(st, dv: int) -> None:
     st.vectorize(e)
 
 
-def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_attention_blocked(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     """Max, exp, sum and P V inside each (batch, head, query block) task of the output; the scores at
     the root (a GEMM vectorized over keys) when they are an output, else inside the task too."""
     s = create_schedule(outputs)
@@ -210,23 +210,24 @@ def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
     for st in list(s.stages):  # the small selects (safe max, 1 / sum) and input casts
         if st not in keep and st.op not in out_ops:
             st.compute_inline()
-    rows = knob("attention.rows", (2, 4, 6, 8), ROWS_WIDE if host_vector_bytes() >= 64 else ROWS)
+    rows = knob("attention.rows", (2, 4, 6, 8), ROWS_WIDE if target.vector_bytes >= 64 else ROWS)
     local = all(t.op is not scores.op and t.op.name != QK_OUT for t in outputs)  # no output reads the scores
     b, h, i, e = out.op.axis
     io, ii = out.split(i, block(i.dom.extent, knob("attention.query_block", (4, 8, 16, 32, 64), QUERY_BLOCK)))
-    ro, ri = out.split(ii, tile_rows(rows, static(e.dom.extent) or 1 << 20, ctx.op.output(0).dtype, ii.dom.extent))
+    width = static(e.dom.extent) or 1 << 20
+    ro, ri = out.split(ii, tile_rows(rows, width, ctx.op.output(0).dtype, ii.dom.extent, target))
     out.reorder(b, h, io, ro, ri, e)
     # NOTE: K^T stays at the root: as a task's stack array gcc keeps the scores' register tile in memory
-    loop_nest(kt)
+    loop_nest(kt, target)
     if not local:
-        _score_tiles(s, scores, rows, lambda st, axes: parallel_outer(st, axes, data_size(st, reduce_too=True)))
+        _score_tiles(s, scores, rows, lambda st, axes: parallel_outer(st, axes, data_size(st, reduce_too=True)), target)
     # a task per (batch, head, query block), or per (batch, head) with its query blocks in turn
     per_block = not local or knob("attention.task", ("block", "head"), "block") == "block"
     task = parallel_outer(out, [b, h, io] if per_block else [b, h], None)
     block_loop = task if per_block else io
     if local:  # each block's scores in a buffer of the task
         scores.compute_at(out, block_loop)
-        _score_tiles(s, scores, rows, lambda st, axes: axes[-1])
+        _score_tiles(s, scores, rows, lambda st, axes: axes[-1], target)
     out.vectorize(e)
     for st in (peak_l, peak, ex, total_l, total):
         st.compute_at(out, block_loop)
@@ -244,7 +245,7 @@ def schedule_attention_blocked(outputs: Sequence[Tensor]) -> Schedule | None:
         if st.op.name == MERGED:
             _merge_nest(st, static(ctx.op.axis[3].dom.extent))
         elif st.op in out_ops and st is not out and st is not scores:
-            loop_nest(st)
+            loop_nest(st, target)
     return s
 
 

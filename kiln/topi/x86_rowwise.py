@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 from kiln import te, tir
+from kiln.target import Target
 from kiln.te.schedule import Schedule, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
@@ -178,7 +179,7 @@ def softmax_rows(x: te.Tensor, w: str) -> te.Tensor:
     return te.compute(x.shape, lambda *i: tir.cast(x.dtype, ex(*i) / total(*i[:-1], tir.const(0))), name=SOFTMAX[4])
 
 
-def _schedule_softmax(s: Schedule, outputs: Sequence[Tensor]) -> Schedule:
+def _schedule_softmax(s: Schedule, outputs: Sequence[Tensor], target: Target) -> Schedule:
     by_name = {st.op.name: st for st in s.stages}
     max_l, peak, sum_l, total, y = (by_name[n] for n in SOFTMAX)
     out_ops = {t.op for t in outputs}
@@ -194,7 +195,7 @@ def _schedule_softmax(s: Schedule, outputs: Sequence[Tensor]) -> Schedule:
         lanes.vectorize(ln)
     for st in s.stages:
         if st.op in out_ops and st is not y:
-            loop_nest(st)
+            loop_nest(st, target)
     return s
 
 
@@ -224,13 +225,13 @@ def _rows_parallel(st, inner: int) -> object:
     return row
 
 
-def schedule_rowwise(outputs: Sequence[Tensor]) -> Schedule | None:
+def schedule_rowwise(outputs: Sequence[Tensor], target: Target) -> Schedule | None:
     """Statistics per row inside the parallel row loop of their output; the normalized output
     in blocks of rows, vectorized along the row."""
     s = create_schedule(outputs)
     by_name = {st.op.name: st for st in s.stages}
     if all(n in by_name for n in SOFTMAX):
-        return _schedule_softmax(s, outputs)
+        return _schedule_softmax(s, outputs, target)
     if any(n not in by_name for n in NAMES + TOTALS):
         return None
     s_lanes, mean, sq_lanes, inv, y = (by_name[n] for n in NAMES)
@@ -251,5 +252,5 @@ def schedule_rowwise(outputs: Sequence[Tensor]) -> Schedule | None:
     _row_blocks(y)
     for st in s.stages:
         if st.op in out_ops and st not in keep:
-            loop_nest(st)
+            loop_nest(st, target)
     return s

@@ -20,6 +20,7 @@ from typing import Any
 from kiln.errors import KilnError
 from kiln.ir.expr import Function
 from kiln.ir.module import IRModule
+from kiln.target import Target
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ class PassContext:
     disabled: Sequence[str] = ()
     instruments: Sequence[Instrument] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    target: Target = field(default_factory=Target.host)  # the machine passes optimize for
 
     _stack = []  # the contexts entered, innermost last
 

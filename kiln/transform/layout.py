@@ -13,10 +13,10 @@ from kiln.ir.expr import Call, Constant, Expr, Function
 from kiln.ir.module import IRModule
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
+from kiln.target import Target
 from kiln.op.winograd import (WinogradInputAttrs, WinogradOutputAttrs, transform_weight, winograd_input,
                               winograd_output)
 from kiln.transform.infra import PassContext, function_pass
-from kiln.transform.pack_dense import host_vector_bytes
 from kiln.transform.layout_rules import transform
 from kiln.transform.relayout import Conv2d, InLayout, Relayout, checked, rank
 
@@ -78,14 +78,14 @@ WINOGRAD_TILE = 4  # m of F(m x m, 3 x 3) when forced (True); PassContext.config
 WINOGRAD_AUTO = ((4, 28, False), (2, 7, True))
 
 
-def default_block() -> int:
-    """Channels a block: one host vector of float32, 16 with AVX-512 (8 with AVX2). On Zen 4 (AVX-512
+def default_block(target: Target) -> int:
+    """Channels a block: one vector of float32 of the target, 16 with AVX-512 (8 with AVX2). On Zen 4 (AVX-512
     run as two 256-bit halves) a 16-float accumulator halves the broadcasts per FMA and makes fused
     epilogues (SiLU) 16 wide. 16 against 8, Kiln alone, alternating: 2 threads, resnet18 0.96x, resnet50
     0.95x, mobilenet_v2 0.98x (its 24 channels in blocks of 8); 1 thread, YOLOv5-like 0.90x,
     EfficientNet-like 0.90x, ResNeXt-like 0.90x, U-Net 0.84-0.88x, SqueezeNet-like 0.97x, ConvNeXt-like
     0.96x."""
-    return host_vector_bytes() // 4
+    return target.vector_bytes // 4
 
 
 def choose_block(c: int, block: int, pad: bool) -> int:
@@ -155,7 +155,7 @@ def alter_conv_rule(block: int, pad: bool, winograd: str | bool = DEFAULT_WINOGR
 def alter_op_layout(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """NCHW convs (grouped ones blocked inside their groups) to the blocked NCHW[x]c conv with
     weights packed at compile time; consecutive blocked convs exchange blocked tensors directly."""
-    block = int(ctx.config.get("alter_op_layout.block", default_block()))
+    block = int(ctx.config.get("alter_op_layout.block", default_block(ctx.target)))
     pad = ctx.config.get("alter_op_layout.pad_channels", DEFAULT_PAD)
     if pad not in (True, False):
         raise ValueError(f"alter_op_layout.pad_channels must be true or false, got {pad!r}")

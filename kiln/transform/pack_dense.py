@@ -8,9 +8,6 @@ and C become elementwise ops after the product, which FuseOps fuses into its sto
 
 from __future__ import annotations
 
-import functools
-import os
-
 import numpy as np
 
 from kiln.ir.expr import Call, Constant, Expr, Function, is_absent
@@ -25,51 +22,12 @@ PACK_DTYPES = ("float32", "float64")
 VECTORS_PER_PANEL = 2  # nr = two SIMD vectors: a 6 x nr tile then holds 12 vector accumulators
 
 
-@functools.lru_cache(maxsize=1)
-def host_vector_bytes() -> int:
-    """The SIMD width gcc's -march=native will use on this machine: 64 with AVX-512, else 32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return 64 if "avx512f" in line.split() else 32
-    except OSError:
-        pass
-    return 32
-
-
-def host_vector_registers() -> int:
-    """Vector registers gcc can allocate on this machine: 32 with AVX-512 (zmm0-31), else 16 (ymm0-15).
-    A register tile's accumulators, weights and broadcasts must fit in them, or gcc spills to the stack."""
-    return 32 if host_vector_bytes() >= 64 else 16
-
-
-@functools.lru_cache(maxsize=1)
-def host_l2_bytes() -> int:
-    """One core's L2 cache (sysfs), or 1 MiB when the host does not say: what a schedule can expect to
-    stay cached between two passes over a tensor."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for index in sorted(os.listdir(base)):
-            d = os.path.join(base, index)
-            with open(os.path.join(d, "level")) as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(os.path.join(d, "size")) as f:
-                size = f.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
-            return int(size.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
-    return 1 << 20
-
-
 def panel_width(dtype: str, ctx: PassContext) -> int:
-    """nr: PassContext.config["pack_dense.nr"] when given, else two host vectors of `dtype`."""
+    """nr: PassContext.config["pack_dense.nr"] when given, else two of the target's vectors of `dtype`."""
     given = ctx.config.get("pack_dense.nr")
     if given is not None:
         return int(given)
-    return VECTORS_PER_PANEL * host_vector_bytes() // (4 if dtype == "float32" else 8)
+    return VECTORS_PER_PANEL * ctx.target.vector_bytes // (4 if dtype == "float32" else 8)
 
 
 def _static_2d(e: Expr) -> tuple[int, int] | None:

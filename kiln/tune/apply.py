@@ -11,9 +11,10 @@ import os
 from collections.abc import Iterator, Mapping
 
 from kiln.ir.expr import Function
+from kiln.target import Target
 from kiln.topi.knobs import applying
 from kiln.tune.records import tuned_configs
-from kiln.tune.tasks import host_target, workload_key
+from kiln.tune.tasks import workload_key
 
 
 class Tuned:
@@ -21,12 +22,12 @@ class Tuned:
 
     def __init__(self, configs: Mapping[str, Mapping[str, object]], target: str | None = None):
         self.configs = {k: dict(v) for k, v in configs.items()}
-        self.target = target or host_target()
+        self.target = target or Target.host().key
         self.applied: set[str] = set()
 
     @staticmethod
     def load(records: str | os.PathLike | Mapping[str, Mapping[str, object]], target: str | None = None) -> Tuned:
-        target = target or host_target()
+        target = target or Target.host().key
         return Tuned(tuned_configs(records, target), target)
 
     def config_for(self, fn: Function) -> dict[str, object] | None:

@@ -2,36 +2,28 @@
 
 A task is identified by its workload key: a hash of the group's structure (operators, attributes,
 shapes, dtypes; not the weights' values, which do not change how fast a schedule is) and of the
-target (the compiler and what -march=native means on this CPU). Builds look tuned configs up by
+target (kiln.Target's key: the machine and the compiler). Builds look tuned configs up by
 the same key, so a record applies to every model that contains the same group.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kiln.codegen.compiler import compiler_identity, find_compiler
 from kiln.codegen.lower_fused import Kernel, lower_primitive
 from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
 from kiln.ir.module import IRModule
 from kiln.ir.types import TupleType
 from kiln.ir.visitor import post_order
+from kiln.target import Target
 from kiln.tir.expr import Var as TirVar
 from kiln.topi.knobs import KnobSpace, applying
 
 SMALL_CONSTANT = 64  # constants up to this many elements are part of the key (they may be shapes, axes)
-
-
-@functools.lru_cache(maxsize=4)
-def host_target(cc: str = "gcc") -> str:
-    """The target of kernels built here: C through this compiler for this CPU's -march=native."""
-    identity = compiler_identity(find_compiler(cc))
-    return f"c-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
 def group_text(fn: Function) -> str:
@@ -118,7 +110,7 @@ def lower_with(fn: Function, name: str, config: Mapping[str, object] | None, pas
 def extract_tasks(fused: IRModule, target: str | None = None) -> list[Task]:
     """The distinct groups of a fused module that have knobs and static shapes, in order of first use.
     Groups that cannot be lowered are left out: the build runs them on the host anyway."""
-    target = target or host_target()
+    target = target or Target.host().key
     tasks: dict[str, Task] = {}
     for fn in _primitives(fused):
         key = workload_key(fn, target)

@@ -4,7 +4,7 @@ FMA rate of every kernel on a part with two 512-bit FMA ports. FLAGS ask for 512
 
 import pytest
 
-from kiln.transform.pack_dense import host_vector_bytes
+from kiln.target import Target
 from tests.codegen.assembly import assembly
 
 LOOP = """
@@ -14,7 +14,7 @@ void axpy(float* restrict y, const float* restrict x, float a, int n) {
 """
 
 
-@pytest.mark.skipif(host_vector_bytes() != 64, reason="the host has no AVX-512")
+@pytest.mark.skipif(Target.host().vector_bits != 512, reason="the host has no AVX-512")
 def test_avx512_host_loops_use_zmm(tmp_path):
     assert "zmm" in assembly(LOOP, tmp_path)
 

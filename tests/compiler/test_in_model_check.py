@@ -9,7 +9,8 @@ from kiln.ir.types import SizeVar
 from kiln.compiler.fuse import fuse
 from kiln.compiler.in_model_check import check_picks, group_seconds, paired_seconds, static_feeds
 from kiln.tune.records import IN_MODEL_MARGIN
-from kiln.tune.tasks import extract_tasks, host_target
+from kiln.target import Target
+from kiln.tune.tasks import extract_tasks
 from tests.tune.conftest import requires_gcc
 from tests.tune.models import tiny_model
 
@@ -54,7 +55,7 @@ def test_static_feeds_are_valid_inputs_of_every_dtype():
 @requires_gcc
 def test_each_applied_pick_is_timed_in_the_model_and_recorded():
     mod = kiln.from_onnx(tiny_model())
-    target = host_target()
+    target = Target.host().key
     tasks = extract_tasks(fuse(mod, 2))
     picks = {tasks[0].key: dict(tasks[0].default_config), "not-a-workload-of-this-model": {"a": 1}}
     checks = check_picks(mod, picks, target, threads=1, rounds=2)

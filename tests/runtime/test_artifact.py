@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -47,7 +48,7 @@ def test_round_trip_of_an_aot_model_runs_without_compiling(static_model, exporte
     meta = json.loads((exported / "model.json").read_text())
     assert meta["kiln_version"] == kiln.__version__ and "-march=native" in meta["compiler_flags"]
     assert meta["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
-    assert set(meta["cpu_features"]) <= (artifact.cpu_features() or set())
+    assert meta["target"] == str(kiln.Target.host())
     sess = kiln.load(exported)
     x = _image(2)
     np.testing.assert_array_equal(sess.run(None, {"image": x})[0], static_model.run({"image": x})[0])
@@ -96,11 +97,25 @@ def test_refuses_another_kiln_version(exported):
         kiln.load(exported)
 
 
-def test_refuses_a_cpu_without_a_feature_it_was_built_for(exported, monkeypatch):
-    _edit_meta(exported, cpu_features=["avx2", "fma", "sse2"])
-    monkeypatch.setattr(artifact, "cpu_features", lambda: {"sse2"})
-    with pytest.raises(ArtifactError, match="avx2, fma, which this CPU lacks"):
+def test_refuses_a_cpu_without_a_feature_it_was_built_for(exported):
+    """A target with ISA features this CPU lacks (whatever this CPU is: amx_int8 and sve2 no CPU has both)."""
+    wanted = kiln.Target.host().features | {"amx_int8", "sve2"}
+    lacking = sorted(wanted - kiln.Target.host().features)
+    _edit_meta(exported, target=str(dataclasses.replace(kiln.Target.host(), features=wanted)))
+    with pytest.raises(ArtifactError, match=f"{', '.join(lacking)}, which this CPU lacks"):
         kiln.load(exported)
+
+
+def test_warns_about_another_core_count_and_runs_that_many_threads(exported):
+    host = kiln.Target.host()
+    _edit_meta(exported, target=str(dataclasses.replace(host, cores=host.cores + 2)))
+    with pytest.warns(UserWarning, match=f"built for {host.cores + 2} cores, this machine has {host.cores}"):
+        sess = kiln.load(exported)
+    assert sess.threads is None  # more cores than here: OpenMP's default, all of them
+    if host.cores > 1:
+        _edit_meta(exported, target=str(dataclasses.replace(host, cores=1)))
+        with pytest.warns(UserWarning, match=f"built for 1 cores, this machine has {host.cores}"):
+            assert kiln.load(exported).threads == 1
 
 
 def test_refuses_corrupt_or_missing_files(exported):

@@ -171,12 +171,13 @@ def test_wide_logit_range(outputs):
     (64, 8, 64, "float32", 16, 4),  # a 64-wide head: 6 rows fit, 4 divide 16
     (32, 2, 8, "float32", 7, 2),  # a prime query count: the limit itself, the last tile guarded
 ])
-def test_tile_rows_fit_the_accumulator_budget(monkeypatch, vector_bytes, rows, width, dtype, queries, expect):
+def test_tile_rows_fit_the_accumulator_budget(vector_bytes, rows, width, dtype, queries, expect):
+    from kiln.target import Target
     from kiln.tir import IntImm
     from kiln.topi import x86_attention
 
-    monkeypatch.setattr(x86_attention, "host_vector_bytes", lambda: vector_bytes)
-    assert x86_attention.tile_rows(rows, width, dtype, IntImm(queries)) == expect
+    target = Target.parse(f"c -vector-bits={vector_bytes * 8}")
+    assert x86_attention.tile_rows(rows, width, dtype, IntImm(queries), target) == expect
 
 
 def test_bert_heads_tiles_stay_in_registers():
@@ -185,14 +186,14 @@ def test_bert_heads_tiles_stay_in_registers():
     import re
 
     from kiln.topi import x86_attention
-    from kiln.transform.pack_dense import host_vector_bytes
+    from kiln.target import Target
 
     arrays = _qkv(1, 4, 4, 32, 32, 32, 32)
     mod = op_module(OP, arrays)
     kernels, _, _ = lower_groups(fuse(mod))
     code = generate([k.func for k in kernels]).code
-    wide = host_vector_bytes() >= 64
-    budget = (x86_attention.ACCUMULATORS_WIDE if wide else x86_attention.ACCUMULATORS) * host_vector_bytes() // 4
+    vector_bytes = Target.host().vector_bytes
+    budget = (x86_attention.ACCUMULATORS_WIDE if vector_bytes >= 64 else x86_attention.ACCUMULATORS) * vector_bytes // 4
     sizes = [int(n) for n in re.findall(r"float (?:attn_fast_scores_local|attn_fast_ctx)\[(\d+)\]", code)]
     assert len(sizes) == 2 and all(n <= budget for n in sizes), sizes
     run_compiled(mod, [arrays], OP)

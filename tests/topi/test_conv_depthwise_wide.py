@@ -17,6 +17,7 @@ from kiln.op import get_op
 from kiln.compiler.lower import build_graph_executor as build, lower_groups
 from kiln.compiler.fuse import fuse
 from kiln.transform import PassContext
+from kiln.target import Target
 from kiln.transform.layout import choose_block, default_block
 
 pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),
@@ -50,6 +51,6 @@ def test_depthwise_column_tile(xs, k, stride, columns):
     mod, feeds = _depthwise(xs, k, stride)
     kernels, _, _ = lower_groups(fuse(mod, 2))
     sizes = {int(n) for n in re.findall(r"float depthwise_acc\[(\d+)\]", generate([k.func for k in kernels]).code)}
-    assert sizes == {columns * choose_block(xs[1], default_block(), True)}  # accumulator floats: columns x block
+    assert sizes == {columns * choose_block(xs[1], default_block(Target.host()), True)}  # accumulator floats: columns x block
     cm = build(mod, 2, PassContext(2))
     np.testing.assert_allclose(cm.run(feeds)[0], kiln.evaluate(mod, feeds)[0], rtol=1e-4, atol=1e-4)

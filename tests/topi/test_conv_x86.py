@@ -5,7 +5,7 @@ fused epilogues, blocked pooling and every tile-size knob."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
 
 import numpy as np
@@ -21,6 +21,7 @@ from kiln.compiler.lower import build_graph_executor as build, lower_groups
 from kiln.compiler.fuse import fuse
 from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import budget, default_tiles
+from kiln.target import Target, building_for
 from kiln.transform import PassContext
 from tests.helpers import op_names
 from tests.topi.conftest import SCHEDULE_TEST
@@ -34,10 +35,12 @@ def _w(*shape) -> Constant:
     return Constant(rng.standard_normal(shape).astype(np.float32))
 
 
-def _check(params: list[Var], body, feeds: dict[str, np.ndarray], config: dict | None = None):
-    """Compile at the default opt_level; outputs equal the interpreter's and no group ran on the host."""
+def _check(params: list[Var], body, feeds: dict[str, np.ndarray], config: dict | None = None,
+           target: Target | None = None):
+    """Compile at the default opt_level for `target` (default: the host); outputs equal the interpreter's and no
+    group ran on the host."""
     mod = IRModule({"main": Function(tuple(params), body)})
-    cm = build(mod, 2, PassContext(2, config=config or {}))
+    cm = build(mod, 2, PassContext(2, config=config or {}, target=target or Target.host()))
     got = cm.run(feeds)
     want = kiln.evaluate(mod, feeds)
     for g, r in zip(got, want):
@@ -243,20 +246,18 @@ def test_grouped_pointwise_conv_with_flat_pixels_matches_interpreter(claimed, xs
     (32, 1, True),  # an ungrouped conv keeps its rule: 50 KB
     (128, 1, False),  # 200 KB ... past half of the patched 256 KB L2
 ])
-def test_grouped_pointwise_is_flat_by_its_groups_input(monkeypatch, blocks_in, groups, want):
+def test_grouped_pointwise_is_flat_by_its_groups_input(blocks_in, groups, want):
     """The flat default weighs the input one group reads, not the whole tensor."""
-    import kiln.topi.layout as topi_layout
     from kiln.op.layout import Conv2dNCHWcAttrs
     from kiln.te import placeholder
     from kiln.te.schedule import create_schedule
     from kiln.topi.registry import compute_call
-    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 256 << 10)
-    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
     x = placeholder((1, blocks_in, 7, 7, 8), F32, "x")
     w = placeholder((blocks_in, blocks_in // groups, 1, 1, 8, 8), F32, "w")
     attrs = Conv2dNCHWcAttrs("NCHW8c", "OIHW8i8o", group=groups)
     out = TensorType((1, blocks_in, 7, 7, 8), F32)
-    y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], out, [None, None])
+    with building_for(dataclasses.replace(Target.host(), l2_bytes=256 << 10, cores=2)):
+        y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], out, [None, None])
     acc = next(st.op for st in create_schedule([y]).stages if st.op.name == "conv_acc")
     attrs_of = dict(acc.attrs or {})
     assert ("pixels" in attrs_of) is want
@@ -268,19 +269,17 @@ def test_grouped_pointwise_is_flat_by_its_groups_input(monkeypatch, blocks_in, g
     ((2, 2), True),  # resnet50's 512 -> 1024 downsampling: 400 KB of the 1.6 MB input read
     ((1, 1), False),  # all 1.6 MB: past half of L2
 ])
-def test_strided_pointwise_is_flat_by_the_pixels_it_reads(monkeypatch, strides, want):
-    import kiln.topi.layout as topi_layout
+def test_strided_pointwise_is_flat_by_the_pixels_it_reads(strides, want):
     from kiln.op.layout import Conv2dNCHWcAttrs
     from kiln.te import placeholder
     from kiln.te.schedule import create_schedule
     from kiln.topi.registry import compute_call
-    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 1 << 20)
-    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
     x = placeholder((1, 64, 28, 28, 8), F32, "x")
     w = placeholder((128, 64, 1, 1, 8, 8), F32, "w")
     attrs = Conv2dNCHWcAttrs("NCHW8c", "OIHW8i8o", strides=strides)
     side = 28 // strides[0]
-    y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], TensorType((1, 128, side, side, 8), F32), [None, None])
+    with building_for(dataclasses.replace(Target.host(), l2_bytes=1 << 20, cores=2)):
+        y, = compute_call("nn.conv2d_nchwc", attrs, [x, w], TensorType((1, 128, side, side, 8), F32), [None, None])
     acc = next(st.op for st in create_schedule([y]).stages if st.op.name == "conv_acc")
     assert ("pixels" in dict(acc.attrs or {})) is want
 
@@ -300,19 +299,19 @@ def test_flat_pixels_accumulate_one_tile_at_a_time():
 
 @pytest.mark.parametrize("symbolic_batch", [False, True])
 @pytest.mark.parametrize("cores", [1, 4])
-def test_flat_pixel_tiles_join_the_parallel_loop_when_cores_share_channel_tiles_unevenly(monkeypatch, cores,
-                                                                                         symbolic_batch):
+def test_flat_pixel_tiles_join_the_parallel_loop_when_cores_share_channel_tiles_unevenly(cores, symbolic_batch):
     """48 channels in one-block tiles are 3 or 6 tiles (blocks of 16 or 8): even for 1 core, uneven for 4,
     where the pixel tiles join the parallel loop (mobilenet_v2's 3-tile expansions on 2 cores; a symbolic
     batch stays serial outside), and the conv still equals the interpreter."""
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    target = dataclasses.replace(Target.host(), cores=cores)
     x = Var("x", TensorType((SizeVar("n") if symbolic_batch else 1, 16, 7, 7), F32))
     y = get_op("nn.relu")(_conv(x, (48, 16, 1, 1)))
     cfg = {"conv.flat": True, "conv.oc_tile": 1}
     with applying(cfg):
-        kernels, _, host = lower_groups(fuse(IRModule({"main": Function((x,), y)}), 2))
+        kernels, _, host = lower_groups(fuse(IRModule({"main": Function((x,), y)}), 2, PassContext(2, target=target)),
+                                        target=target)
         for b in (1, 2) if symbolic_batch else (1,):
-            _check([x], y, {"x": rng.standard_normal((b, 16, 7, 7)).astype(np.float32)})
+            _check([x], y, {"x": rng.standard_normal((b, 16, 7, 7)).astype(np.float32)}, target=target)
     source = generate([k.func for k in kernels]).code
     loops = re.findall(r"#pragma omp parallel for\n\s*for \(int64_t (\w+) = 0LL", source)
     assert any("i1_outer" in v and v.endswith("i2_i3_fused_outer_fused") for v in loops) is (cores == 4), loops
@@ -345,11 +344,10 @@ def test_channel_loop_unrolled_by_gcc_in_reducing_pointwise_convs(ws, hinted):
     (100 << 10, 4, False),  # 32 channels: two tiles for two cores
     (None, 64, False),  # symbolic
 ])
-def test_flat_pixels_by_default(monkeypatch, input_bytes, blocks, want):
+def test_flat_pixels_by_default(input_bytes, blocks, want):
     import kiln.topi.layout as topi_layout
-    monkeypatch.setattr(topi_layout, "host_l2_bytes", lambda: 1 << 20)
-    monkeypatch.setattr(topi_layout.os, "cpu_count", lambda: 2)
-    assert topi_layout.flat_by_default(input_bytes, blocks) is want
+    target = dataclasses.replace(Target.host(), l2_bytes=1 << 20, cores=2)
+    assert topi_layout.flat_by_default(input_bytes, blocks, target) is want
 
 
 @pytest.mark.parametrize("cfg", [{"pool.ow_tile": 4, "pool.inline_pad": False}, {"pool.ow_tile": 16}])
@@ -418,11 +416,10 @@ def test_default_tiles_of_the_stem(registers, ow, blocks, want):
 ])
 def test_16_register_tiles_are_correct(monkeypatch, tmp_path, shape, w, attrs):
     """The AVX2 tiles on any host: guarded column tails and one-block rows equal the interpreter."""
-    import kiln.topi.schedule_conv_nchwc as sc
-    monkeypatch.setattr(sc, "host_vector_registers", lambda: 16)
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))  # kernels cached under the host's budget: not these
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     x = Var("x", TensorType(shape, F32))
-    cm = _check([x], get_op("nn.relu")(_conv(x, w, **attrs)), {"x": rng.standard_normal(shape).astype(np.float32)})
+    cm = _check([x], get_op("nn.relu")(_conv(x, w, **attrs)), {"x": rng.standard_normal(shape).astype(np.float32)},
+                target=dataclasses.replace(Target.host(), vector_registers=16))
     assert "nn.conv2d_nchwc" in op_names(cm.mod)
 
 

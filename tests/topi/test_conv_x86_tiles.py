@@ -4,6 +4,8 @@ blocks (up to 28 accumulators), the stem's 16, and each tile knob's other choice
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,9 @@ import kiln
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
 from kiln.codegen.c_source import generate
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
 from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.target import Target
 from kiln.topi.knobs import applying
 from kiln.transform import PassContext
 from tests.topi.conftest import SCHEDULE_TEST
@@ -36,13 +39,14 @@ def _conv(x, ws, **attrs):
     return get_op("math.mul")(y, _w(ws[0], 1, 1))
 
 
-def _check(xs, make, config=None):
-    """Compile at the default opt_level (under knob `config`); outputs equal the interpreter's."""
+def _check(xs, make, config=None, target=None):
+    """Compile at the default opt_level (under knob `config`, for `target`: default the host); outputs equal the
+    interpreter's."""
     x = Var("x", TensorType(xs, F32))
     mod = IRModule({"main": Function((x,), make(x))})
     feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
     with applying(config or {}):
-        cm = build(mod, 2, PassContext(2))
+        cm = build(mod, 2, PassContext(2, target=target or Target.host()))
     for g, r in zip(cm.run(feeds), kiln.evaluate(mod, feeds)):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
     assert not cm.host_groups and not cm.ran_on_host
@@ -111,11 +115,11 @@ def test_weights_outside_rows_when_they_outgrow_the_cache(monkeypatch, xs, ws, w
     the host's so small convs take both sides; the results equal the interpreter's either way."""
     import kiln.topi.schedule_conv_nchwc as sc
 
-    monkeypatch.setattr(sc, "host_l2_bytes", lambda: 16 << 10)
     decided = []
     real = sc._weights_outer
     monkeypatch.setattr(sc, "_weights_outer", lambda *a: decided.append(real(*a)) or decided[-1])
-    _check(xs, lambda x: get_op("nn.relu")(_conv(x, ws, pads=(ws[2] // 2,) * 4)))
+    small_l2 = dataclasses.replace(Target.host(), l2_bytes=16 << 10)
+    _check(xs, lambda x: get_op("nn.relu")(_conv(x, ws, pads=(ws[2] // 2,) * 4)), target=small_l2)
     assert decided == [weights_outer]
 
 

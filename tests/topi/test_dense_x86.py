@@ -18,6 +18,7 @@ from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.target import Target
 from kiln.topi.knobs import KnobSpace, applying
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -35,13 +36,13 @@ def fresh_caches(tmp_path, monkeypatch):
 def claimed(monkeypatch):
     """Names of the anchor schedules that returned a schedule during the test."""
     names: list[str] = []
-    for op, fn in list(dispatch.ANCHOR_SCHEDULES.items()):
-        def f(outputs, fn=fn):
-            s = fn(outputs)
+    for op, fn in list(dispatch.ANCHOR_SCHEDULES["c"].items()):
+        def f(outputs, target, fn=fn):
+            s = fn(outputs, target)
             if s is not None:
                 names.append(fn.__name__)
             return s
-        monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, op, f)
+        monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES["c"], op, f)
     return names
 
 
@@ -98,9 +99,10 @@ def test_few_rows_tile_two_panels(rows):
     mod = IRModule({"main": Function((a,), get_op("nn.relu")(get_op("linalg.gemm")(a, _w(130, 300), _w(130), transB=1)))})
     with applying({}, space):
         lower_groups(fuse(mod))
-    assert space.knobs["dense.panels"][1] == default_panels(rows)
-    assert default_panels(rows) == ({1: 4, 2: 2, 3: 2}.get(rows, default_panels()) if default_panels() == 1
-                                    else default_panels())
+    host = Target.host()
+    assert space.knobs["dense.panels"][1] == default_panels(host, rows)
+    assert default_panels(host, rows) == ({1: 4, 2: 2, 3: 2}.get(rows, default_panels(host))
+                                          if default_panels(host) == 1 else default_panels(host))
     _check([a], mod.main.body, {"a": rng.standard_normal((rows, 300)).astype(np.float32)})
 
 
@@ -292,5 +294,6 @@ def test_rows_skip_unit_axes(claimed, ashape):
     from kiln.topi.schedule_dense import default_panels, tile_rows
 
     r = max(k for k, n in enumerate(ashape[:-1]) if n != 1)
-    assert f"i{r}_outer < {ashape[r] // tile_rows(default_panels())}LL" in _kernel_source(mod)  # row tiles over the S axis
+    host = Target.host()
+    assert f"i{r}_outer < {ashape[r] // tile_rows(default_panels(host), host)}LL" in _kernel_source(mod)  # row tiles over the S axis
     assert claimed[-1] == "schedule_dense_packed"

@@ -5,6 +5,7 @@ odd widths around the vector and the WHOLE_ROW limit."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -59,11 +60,9 @@ def test_long_rows_split_into_host_vectors(w, host, lanes, monkeypatch):
     """A row longer than WHOLE_ROW is split into vectors of the host's float32 lanes (16 with AVX-512,
     else 8), or 8 where only 8 divides the row; a row of 8 to 15 still runs as one simd loop when the
     lanes are 16."""
-    import kiln.topi.schedule_generic as generic
-
-    monkeypatch.setattr(generic, "host_lanes", lambda: host)
+    target = dataclasses.replace(kiln.Target.host(), vector_bits=host * 32)
     x = Var("x", TensorType((3, w), "float32"))
-    compiled = kiln.build(IRModule({"main": Function((x,), get_op("nn.sigmoid")(x))}), executor="aot")
+    compiled = kiln.build(IRModule({"main": Function((x,), get_op("nn.sigmoid")(x))}), target, executor="aot")
     v = np.random.default_rng(w).standard_normal((3, w)).astype(np.float32)
     np.testing.assert_allclose(compiled.run({"x": v})[0], 1 / (1 + np.exp(-v)), rtol=2e-7, atol=1e-7)
     code = _kernels(compiled)

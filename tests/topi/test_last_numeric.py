@@ -211,15 +211,15 @@ def test_integer_anchors_get_their_schedules(monkeypatch, op, sched, arrays, att
     import kiln.topi.schedule_dispatch as dispatch
 
     claimed: list[str] = []
-    fn = dispatch.ANCHOR_SCHEDULES[op]
+    fn = dispatch.ANCHOR_SCHEDULES["c"][op]
 
-    def recording(outputs):
-        s = fn(outputs)
+    def recording(outputs, target):
+        s = fn(outputs, target)
         if s is not None:
             claimed.append(fn.__name__)
         return s
 
-    monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, op, recording)
+    monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES["c"], op, recording)
     compiled_vs_interpreter(op, get_op(op).attrs_type(**attrs) if attrs else None, arrays(np.random.default_rng(8)))
     assert claimed == [sched]
 

@@ -14,6 +14,7 @@ import pytest
 import kiln
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
+from kiln.target import Target
 from kiln.transform.layout import default_block
 from tests.helpers import op_names
 
@@ -34,7 +35,7 @@ def _check(body, x: Var, shape: tuple[int, ...]) -> None:
     names = op_names(compiled.mod)
     assert "nn.conv" not in names and "nn.conv2d_nchwc" in names
     blocks = set(re.findall(r"NCHW(\d+)c", kiln.ir.text(compiled.mod)))
-    assert blocks and blocks <= {"8", str(default_block())}  # whole vectors only
+    assert blocks and blocks <= {"8", str(default_block(Target.host()))}  # whole vectors only
     feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
     np.testing.assert_allclose(compiled.run(feeds)[0], kiln.evaluate(mod, feeds)[0], rtol=1e-4, atol=1e-5)
 

@@ -207,15 +207,15 @@ def test_conv_integer_gets_the_conv_schedule(monkeypatch):
     import kiln.topi.schedule_dispatch as dispatch
 
     claimed: list[str] = []
-    fn = dispatch.ANCHOR_SCHEDULES["nn.conv_integer"]
+    fn = dispatch.ANCHOR_SCHEDULES["c"]["nn.conv_integer"]
 
-    def recording(outputs):
-        s = fn(outputs)
+    def recording(outputs, target):
+        s = fn(outputs, target)
         if s is not None:
             claimed.append(fn.__name__)
         return s
 
-    monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES, "nn.conv_integer", recording)
+    monkeypatch.setitem(dispatch.ANCHOR_SCHEDULES["c"], "nn.conv_integer", recording)
     c = get_op("nn.conv_integer")
     compiled_matches_interpreter(lambda v: c(v["x"], v["w"], v["xz"], v["wzc"], pads=(1, 1, 1, 1)),
                                  conv_int_feeds("uint8", "int8", (1, 3, 9, 17), (8, 3, 3, 3)))

@@ -29,7 +29,7 @@ def fresh_caches(tmp_path, monkeypatch):
     test), with the general attention compute: the blocked x86 attention, where present, is off."""
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     if hasattr(dispatch, "schedule_attention_blocked"):
-        monkeypatch.setattr(dispatch, "schedule_attention_blocked", lambda outputs: None)
+        monkeypatch.setattr(dispatch, "schedule_attention_blocked", lambda outputs, target: None)
 
 
 def _attention(qs, ks, vs, **attrs):

@@ -15,7 +15,8 @@ from kiln.op import get_op
 from kiln.op.linalg import unpack_panels
 from kiln.transform import PassContext
 from kiln.transform.basic import infer_type
-from kiln.transform.pack_dense import host_vector_bytes, pack_dense, panel_width
+from kiln.target import Target
+from kiln.transform.pack_dense import pack_dense, panel_width
 
 rng = np.random.default_rng(0)
 F32 = "float32"
@@ -96,9 +97,11 @@ def test_products_left_alone():
         assert after.main is before.main or "linalg.dense_packed" not in _ops(after)
 
 
-def test_panel_width_follows_the_host_unless_configured():
-    lanes = host_vector_bytes() // 4
+def test_panel_width_follows_the_target_unless_configured():
+    lanes = Target.host().vector_bytes // 4
     assert panel_width(F32, PassContext()) == 2 * lanes
+    assert panel_width(F32, PassContext(target=Target.parse("c -vector-bits=512"))) == 32
+    assert panel_width(F32, PassContext(target=Target.parse("c -vector-bits=256"))) == 16
     assert panel_width("float64", PassContext()) == lanes
     assert panel_width(F32, PassContext(config={"pack_dense.nr": 24})) == 24
 

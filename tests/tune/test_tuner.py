@@ -3,12 +3,13 @@ import pytest
 
 import kiln
 from kiln.compiler.fuse import fuse
-from kiln.topi.schedule_generic import host_lanes
+from kiln.compiler.tune_model import tune_model
+from kiln.target import Target
+from kiln.topi.schedule_generic import vector_lanes
 from kiln.tune import records as rec
 from kiln.tune.measure import MeasureOptions
-from kiln.tune.tasks import extract_tasks, host_target
+from kiln.tune.tasks import extract_tasks
 from kiln.tune.tuner import TuneOptions
-from kiln.compiler.tune_model import tune_model
 from tests.tune.conftest import requires_gcc
 from tests.tune.models import tiny_model
 
@@ -26,7 +27,7 @@ def test_tuning_records_every_trial_and_resumes_where_it_stopped(tmp_path):
     result = tune_model(tiny_model(), path, OPTIONS,
                         progress=lambda s: seen.append((s.current, s.states[s.current].trials, s.trials, s.total)))
     first = rec.load(path)
-    assert len(first) == 4 and {r.target for r in first} == {host_target()}
+    assert len(first) == 4 and {r.target for r in first} == {Target.host().key}
     assert seen == [(0, 2, 2, 4), (1, 2, 4, 4)] and len(result.states) == 2
     for st in result.states:
         assert st.default_seconds is not None  # the default is always measured first
@@ -106,7 +107,7 @@ def test_a_build_reads_the_fastest_config_from_a_records_file(tmp_path):
     slow = {**task.default_config, "generic.vector": 1}
     fast = {**task.default_config, "generic.vector": 16}
     path = tmp_path / "log.jsonl"
-    rec.append(path, [rec.Record(task.key, host_target(), slow, 2e-6), rec.Record(task.key, host_target(), fast, 1e-6),
+    rec.append(path, [rec.Record(task.key, Target.host().key, slow, 2e-6), rec.Record(task.key, Target.host().key, fast, 1e-6),
                       rec.Record(task.key, "another-cpu", slow, 1e-9)])
     from_file = kiln.build(model, records=path)
     direct = kiln.build(model, records={task.key: fast})
@@ -148,7 +149,7 @@ def test_a_candidate_that_cannot_be_lowered_is_a_recorded_failure(tmp_path, monk
     real = candidates.lower_with
 
     def picky(fn, name, config, passes=True):
-        if config.get("generic.vector", host_lanes()) != host_lanes():  # groups without the knob lower as usual
+        if config.get("generic.vector", vector_lanes(Target.host())) != vector_lanes(Target.host()):  # groups without the knob lower as usual
             raise RuntimeError("no such schedule")
         return real(fn, name, config, passes)
 
