@@ -7,12 +7,12 @@ Target.host() is the machine code is built for by default (build(mod, target=...
 """
 
 from kiln import ir  # noqa: F401
-from kiln.target import Target
+from kiln.compiler import build
 from kiln.frontend.onnx import from_onnx
 from kiln.op.interpreter import evaluate
-from kiln.transform.pipeline import optimize
-from kiln.compiler import build
 from kiln.session import InferenceSession, load
+from kiln.target import Target
+from kiln.transform.pipeline import optimize
+from kiln.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["ir", "Target", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load", "__version__"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.codegen import openmp_env
+from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.errors import InputError, KilnError
 from kiln.target import Target, host_cores
 

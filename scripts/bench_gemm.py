@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 
-
 SETTLE_S = 0.3  # untimed runs at the start of a turn: longer than OpenBLAS's threads spin after a call
 
 
@@ -40,9 +39,9 @@ def child(args: argparse.Namespace) -> None:
     import numpy as np
 
     import kiln
+    from kiln.bench import Engine, alternate
     from kiln.ir import Constant, Function, IRModule, TensorType, Var
     from kiln.op import get_op
-    from kiln.bench import Engine, alternate
     from kiln.topi.knobs import applying
 
     rng = np.random.default_rng(0)

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main() -> None:
     import kiln
     from bench_models import EXTRA, MODELS, feeds_for
-    from kiln.compiler.flop_count import flop_count
     from kiln.codegen import openmp_env
     from kiln.codegen.cache import CompileCache
-    from kiln.ir.module import IRModule
     from kiln.compiler.aot import build_aot
+    from kiln.compiler.flop_count import flop_count
+    from kiln.ir.module import IRModule
     from kiln.runtime.executor import primitive_functions
     from kiln.topi.knobs import applying
     from profile_model import load

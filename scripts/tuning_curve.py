@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from kiln.bench import Engine, alternate
     from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import load_model
-    from kiln.tune import records as rec
     from kiln.target import Target
+    from kiln.tune import records as rec
 
     recs = rec.load(args.records)
     if not recs:

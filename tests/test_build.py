@@ -7,8 +7,8 @@ import pytest
 
 import kiln
 import kiln.onnx_backend as backend
-from kiln.compiler.model_dims import fix_dims, is_static
 from kiln.compiler.flop_count import flop_count
+from kiln.compiler.model_dims import fix_dims, is_static
 from kiln.errors import KilnError
 from kiln.ir.expr import Call, Op
 from kiln.ir.visitor import post_order

@@ -14,13 +14,13 @@ import pytest
 
 import kiln
 from kiln.codegen.compiler import FLAGS
+from kiln.compiler.fuse import fuse
+from kiln.compiler.kernel_cache import kernel_key
+from kiln.compiler.lower import lower_groups
 from kiln.errors import KilnError
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.compiler.fuse import fuse
-from kiln.compiler.lower import lower_groups
 from kiln.runtime.executor import primitive_functions
-from kiln.compiler.kernel_cache import kernel_key
 from kiln.target import ISA_FEATURES, Target
 from kiln.transform import PassContext
 

@@ -17,9 +17,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kiln.codegen import intrinsics
-from kiln.codegen.c_types import (HELPER_SUFFIX, LOAD_CONVERT, NARROW_INTS, ROUND_HELPER, SMALL_FLOAT_SUFFIX,
-                                  SUB_BYTE_WRAP, UNSIGNED_INTS, CodegenError, ModuleDecls, is_float_value,
-                                  scalar_ctype)
+from kiln.codegen.c_types import (
+    HELPER_SUFFIX,
+    LOAD_CONVERT,
+    NARROW_INTS,
+    ROUND_HELPER,
+    SMALL_FLOAT_SUFFIX,
+    SUB_BYTE_WRAP,
+    UNSIGNED_INTS,
+    CodegenError,
+    ModuleDecls,
+    is_float_value,
+    scalar_ctype,
+)
 from kiln.codegen.names import NameScope
 from kiln.codegen.offsets import flat_offset, is_const
 from kiln.ir.dtype import to_numpy

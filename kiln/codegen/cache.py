@@ -22,9 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.codegen.c_source import UNIT_MARK
+from kiln.codegen.compiler import (
+    FLAGS,
+    compile_object,
+    compile_shared,
+    compiler_identity,
+    find_compiler,
+    link_shared,
+    object_flags,
+)
 from kiln.target import host_cores
-from kiln.codegen.compiler import (FLAGS, compile_object, compile_shared, compiler_identity, find_compiler, link_shared,
-                                   object_flags)
 
 # in a unit of a split build the typed bodies are visible to the other units, never outside the library
 SPLIT_LINKAGE = '#define KILN_BODY __attribute__((visibility("hidden")))\n'

@@ -13,8 +13,6 @@ from kiln.errors import ArtifactError  # noqa: F401  (re-exported)
 from kiln.tir import expr as E
 from kiln.tir.stmt import Buffer, Evaluate, PrimFunc
 
-
-
 _OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
                          E.Min: "min", E.Max: "max"}
 _CLASSES = {v: k for k, v in _OPS.items()}

@@ -19,16 +19,14 @@ from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, is_absent
 from kiln.ir.types import ANY, TensorType, TupleType
 from kiln.ir.visitor import post_order
-from kiln.op.registry import Pattern
+from kiln.op.registry import COMM_REDUCE, OUT_EWISE_FUSABLE, Pattern
 from kiln.target import Target, building_for
 from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
 from kiln.tir.stmt import PrimFunc
 from kiln.tir.transform import lower_passes
 from kiln.topi.registry import compute_call
-from kiln.op.registry import COMM_REDUCE, OUT_EWISE_FUSABLE
 from kiln.topi.schedule_dispatch import schedule_group
-
 
 # NOTE: kernels keep multi-dim buffers (the C backend computes offsets itself, and the runtime library
 # and the call boundary read shapes from the params); the tir vectorize pass still meets index forms

@@ -22,8 +22,6 @@ from kiln.tir import expr as E
 from kiln.tir.stmt import Buffer
 
 
-
-
 class KilnValue(ctypes.Union):
     """kiln_value_t of the generated module's ABI."""
 

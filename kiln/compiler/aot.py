@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import CompileCache
-from kiln.codegen.aot_source import Copy, KernelCall, Ptr, generate_aot
+from kiln.codegen.aot_source import Copy, KernelCall, Ptr
+from kiln.codegen.backends import get_backend
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
-from kiln.codegen.module import CModule
 from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.lower import lower_groups
@@ -31,8 +31,8 @@ from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.executor import describe_group
-from kiln.tir.stmt import Buffer
 from kiln.target import Target
+from kiln.tir.stmt import Buffer
 from kiln.transform import PassContext
 from kiln.tune.apply import Tuned
 
@@ -137,14 +137,15 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
               flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None) -> AotExecutor:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
     `tuned`: tuning records' configs to schedule the groups with; `target`: the machine to build for (default:
-    the host; `flags` are then mapped to it).
+    `ctx`'s, else the host; `flags` are then mapped to it); its kind picks the code-generation backend.
 
     `memory_limit` (bytes) bounds the arena of intermediates: a larger plan raises
     MemoryLimitError before anything is compiled or run."""
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
-    target = target or Target.host()
-    fused = fuse(mod, opt_level, ctx or PassContext(opt_level, target=target))
+    ctx = ctx or PassContext(opt_level, target=target or Target.host())
+    target = target or ctx.target
+    fused = fuse(mod, opt_level, ctx)
     # NOTE: a caller's own compile-cache directory holds the lowered groups too
     lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None, target)
     if host:
@@ -163,12 +164,13 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
             where[t] = Ptr("output", k)
     calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
              for i in plan.order]
-    source = generate_aot([k.func for k in lowered], calls, copies)
-    path = (cache or CompileCache()).build(source.code, cc, target.compiler_flags(flags))
+    backend = get_backend(target.kind)
+    source = backend.render_aot([k.func for k in lowered], calls, copies)
+    path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
     report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
                           sum(graph.nbytes(t) for t in outputs))
     out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
     calls = tuple(describe_group(graph.groups[i]) for i in plan.order)
-    return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, CModule("model", source, path), report,
-                     calls)
+    return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, backend.load("model", source, path), report,
+                       calls)

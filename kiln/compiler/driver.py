@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kiln.codegen.cache import CompileCache
 from kiln.codegen.backends import build_library
+from kiln.codegen.cache import CompileCache
 from kiln.codegen.compiler import FLAGS
 from kiln.compiler.aot import build_aot
 from kiln.compiler.compiled_model import CompiledModel
@@ -125,8 +125,8 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
     flags = ctx.target.compiler_flags(FLAGS)
-    lib = build_library([k.func for k in lowered], "model", cc=ctx.target.cc, flags=flags, cache=cache) \
-        if lowered else None
+    lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, cc=ctx.target.cc, flags=flags,
+                        cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
     return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)

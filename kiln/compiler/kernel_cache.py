@@ -30,12 +30,12 @@ import numpy as np
 from kiln.codegen import runtime_lib
 from kiln.codegen.c_source import RENDERED_ATTR, RenderedFunc, render
 from kiln.codegen.cache import atomic_write, default_cache_dir
+from kiln.codegen.kernel_signature import decode_signature, encode_params
 from kiln.codegen.lower_fused import Kernel, lower_primitive
 from kiln.errors import ArtifactError
 from kiln.ir.expr import Constant, Function
 from kiln.ir.types import TupleType
 from kiln.ir.visitor import post_order
-from kiln.codegen.kernel_signature import decode_signature, encode_params
 from kiln.target import Target
 from kiln.tir import expr as E
 from kiln.tir.functor import walk

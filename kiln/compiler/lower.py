@@ -7,10 +7,10 @@ lower, compile the kernels into one library, bind them to their groups.
 
 from __future__ import annotations
 
-from kiln.codegen.kernel_binding import reads_unbound_size, size_bindings
-from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.backends import build_library
 from kiln.codegen.compiler import FLAGS
+from kiln.codegen.kernel_binding import reads_unbound_size, size_bindings
+from kiln.codegen.lower_fused import Kernel
 from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.specialize import compile_specialized
@@ -66,5 +66,6 @@ def build_graph_executor(mod: IRModule, opt_level: int = 2, ctx: PassContext | N
     target = ctx.target if ctx is not None else Target.host()
     fused = fuse(mod, opt_level, ctx)
     lowered, alias, host = lower_groups(fused, target=target)
-    lib = build_library([k.func for k in lowered], "model", flags=target.compiler_flags(FLAGS)) if lowered else None
+    lib = build_library([k.func for k in lowered], "model", kind=target.kind, cc=target.cc,
+                        flags=target.compiler_flags(FLAGS)) if lowered else None
     return assemble(fused, alias, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.codegen.backends import build_library
 from kiln.codegen.kernel_binding import reads_unbound_size, size_bindings
 from kiln.codegen.lower_fused import lower_primitive
-from kiln.codegen.backends import build_library
 from kiln.errors import KilnError
 from kiln.ir.expr import Constant, Function, Var
 from kiln.ir.types import TensorType

@@ -40,6 +40,7 @@ from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
 from kiln.runtime.specialize import CompileSpecialized
 from kiln.target import Target
+from kiln.version import __version__
 
 FORMAT = "kiln-compiled-model"
 FORMAT_VERSION = 2  # 2: the target string replaces the list of CPU features
@@ -67,8 +68,6 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
     renamed into place only when complete, so no failure leaves a partial model behind. With `aot`
     (the library then holds its entry function), the AOT executor's weights, outputs and arena size
     are saved too, so the loaded model runs through `kiln_model_run` again."""
-    from kiln import __version__
-
     dest = Path(directory).resolve()
     if dest.exists() and not (dest / GRAPH).is_file() and (not dest.is_dir() or any(dest.iterdir())):
         raise ArtifactError(f"{dest} exists and is not a compiled Kiln model; refusing to overwrite it")
@@ -172,8 +171,6 @@ def _sha256(path: Path) -> str:
 
 def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
     """model.json, after checking it is a compiled Kiln model of this version for this CPU."""
-    from kiln import __version__
-
     d = Path(directory)
     if not d.is_dir():
         raise ArtifactError(f"{d} is not a directory (a compiled model is a directory made by `kiln compile` "

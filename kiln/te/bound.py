@@ -7,8 +7,7 @@ that differences such as (io*4 + 5) - io*4 fold to constants: allocation sizes m
 
 from __future__ import annotations
 
-from kiln.tir.expr import (Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, Sub, Var, is_float,
-                           lanes_of)
+from kiln.tir.expr import Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, Sub, Var, is_float, lanes_of
 from kiln.tir.functor import rebuild, walk
 
 Interval = tuple[PrimExpr, PrimExpr]

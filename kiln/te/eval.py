@@ -13,8 +13,8 @@ same names).
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -17,8 +17,19 @@ from kiln.te.schedule import Schedule, Stage, create_schedule, reads
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Tensor
 from kiln.tir.expr import And, BufferLoad, Call, IntImm, PrimExpr, ProducerLoad, Reduce, Var
 from kiln.tir.functor import map_expr, substitute, walk
-from kiln.tir.stmt import (Allocate, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
-                           Stmt, seq)
+from kiln.tir.stmt import (
+    Allocate,
+    Buffer,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 
 
 def create_prim_func(outputs: Tensor | Sequence[Tensor] | Schedule, name: str = "main",

@@ -9,8 +9,8 @@ Nothing is lowered here; `kiln.te.lower` reads these records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kiln.te.bound import canon
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, Operation, PlaceholderOp, Range, Tensor, compute

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kiln import te, tir
+from kiln.ir.types import ANY
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import sigmoid, wide_dtype
-from kiln.ir.types import ANY
 from kiln.topi.registry import handles_runtime_dims, is_one, out_dims, register_compute, tensor_type
 
 

@@ -6,10 +6,10 @@ extent; the gather reads them.
 from __future__ import annotations
 
 from kiln import te, tir
+from kiln.ir.types import ANY, TensorType
 from kiln.topi.extern import extern
 from kiln.topi.injective import reshape_to
 from kiln.topi.registry import ComputeError, register_compute
-from kiln.ir.types import ANY, TensorType
 
 
 @register_compute("tensor.compress")

@@ -6,8 +6,8 @@ prob_mod) are graphs of their own and have no compute; neither has a float16/bfl
 
 from __future__ import annotations
 
-from kiln.op.attention import AttentionAttrs, flex_softmax_dtype
 from kiln.ir.types import TensorType, TupleType
+from kiln.op.attention import AttentionAttrs, flex_softmax_dtype
 from kiln.topi.registry import ComputeError, compute_call, register_compute, tensor_type
 
 NAME = "nn.flex_attention"

@@ -14,8 +14,15 @@ from kiln.ir import dtype as dt
 from kiln.op.concat_slice import even_split, slice_bounds
 from kiln.op.reshape import transpose_perm
 from kiln.tir import PrimExpr, select
-from kiln.topi.registry import (ComputeError, broadcast_load, const_ints, const_value, out_dims, register_compute,
-                                static_shape)
+from kiln.topi.registry import (
+    ComputeError,
+    broadcast_load,
+    const_ints,
+    const_value,
+    out_dims,
+    register_compute,
+    static_shape,
+)
 
 
 def ravel(idx: Sequence[PrimExpr], shape: Sequence[PrimExpr]) -> PrimExpr:

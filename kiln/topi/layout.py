@@ -20,12 +20,12 @@ from kiln import te, tir
 from kiln.ir.dtype import to_numpy
 from kiln.op.layout import Layout, nchw_pool_attrs, parse_layout
 from kiln.op.nn import Window
+from kiln.target import Target
 from kiln.te.tensor import lowest
 from kiln.tir import PrimExpr, select
 from kiln.topi.elemwise import wide_dtype
-from kiln.topi.nn import MAX_TAKEN, window_count
 from kiln.topi.knobs import knob
-from kiln.target import Target
+from kiln.topi.nn import MAX_TAKEN, window_count
 from kiln.topi.registry import ComputeError, get_compute, register_compute, static_shape
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from kiln import te, tir
 from kiln.topi.elemwise import wide_dtype
-from kiln.topi.registry import is_one, out_dims, register_compute
 from kiln.topi.extern import extern
+from kiln.topi.registry import is_one, out_dims, register_compute
 
 
 @register_compute("linalg.mat_mul")

@@ -11,7 +11,7 @@ from kiln import te, tir
 from kiln.tir import select
 from kiln.topi.elemwise import wide_dtype
 from kiln.topi.injective import checked_index
-from kiln.topi.reduction import softmax_parts, reduce_compute
+from kiln.topi.reduction import reduce_compute, softmax_parts
 from kiln.topi.registry import ComputeError, register_compute
 
 

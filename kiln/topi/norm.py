@@ -13,8 +13,8 @@ from kiln.topi.elemwise import wide_dtype
 from kiln.topi.reduction import reduce_compute
 from kiln.topi.registry import broadcast_load, register_compute
 from kiln.topi.schedule_anchor import static
-from kiln.topi.x86_rowwise import (eligible as rowwise_eligible, group_norm_rows, instance_eligible, instance_norm_rows,
-                                   layer_norm_rows)
+from kiln.topi.x86_rowwise import eligible as rowwise_eligible
+from kiln.topi.x86_rowwise import group_norm_rows, instance_eligible, instance_norm_rows, layer_norm_rows
 
 
 def _stash(x_dtype: str, stash: str = "float32") -> str:

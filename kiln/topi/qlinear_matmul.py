@@ -9,7 +9,6 @@ from kiln import te, tir
 from kiln.tir import PrimExpr
 from kiln.topi.registry import F64, ComputeError, f64, out_dims, register_compute, tensor_type
 
-
 _QINTS = ("int8", "uint8")
 
 

@@ -7,8 +7,9 @@ integers; float64 where the reference leaves integers for floats) and round once
 
 from __future__ import annotations
 
-import numpy as np
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from kiln import te, tir
 from kiln.op.reduce import reduced_axes, softmax_axes

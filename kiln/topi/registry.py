@@ -10,8 +10,8 @@ stored on the operator record, `get_op(name).compute`.
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

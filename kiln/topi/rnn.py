@@ -24,15 +24,15 @@ from dataclasses import dataclass
 
 from kiln import te, tir
 from kiln.op.rnn import bound_activations
+from kiln.target import Target
 from kiln.te.scan import scan
-from kiln.topi.vmath import vsigmoid, vtanh
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.registry import ComputeError, out_dims, register_compute, tensor_type
 from kiln.topi.schedule_anchor import block, data_size, inline_injective, is_reduction, parallel_outer
-from kiln.target import Target
 from kiln.topi.schedule_dense import default_mr, panel_width
 from kiln.topi.schedule_generic import loop_nest
+from kiln.topi.vmath import vsigmoid, vtanh
 
 # a team per step only when h·R^T has at least this many multiply-adds (R^T of 1 MB: more than one
 # core's L2 holds, so two cores' L2s share it); below, the fork and join cost more than they save, and on

@@ -12,7 +12,6 @@ from kiln.tir import select
 from kiln.topi.injective import norm_index, ravel
 from kiln.topi.registry import ComputeError, const_ints, out_dims, register_compute, static_shape
 
-
 # ---------------------------------------------------------------------------------------------
 # tensor.col2im
 

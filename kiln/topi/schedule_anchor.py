@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kiln import tir
+from kiln.target import Target
 from kiln.te.bound import canon
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, IterVar, Operation, Tensor
 from kiln.tir.expr import ProducerLoad, Select
 from kiln.tir.functor import map_expr, substitute, walk
-from kiln.target import Target
 from kiln.topi.schedule_generic import PARALLEL_MIN_ELEMENTS, loop_nest
 
 

@@ -11,8 +11,15 @@ from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
-from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, materialize,
-                                       parallel_outer)
+from kiln.topi.schedule_anchor import (
+    block,
+    data_size,
+    inline_injective,
+    is_pad,
+    is_reduction,
+    materialize,
+    parallel_outer,
+)
 from kiln.topi.schedule_generic import loop_nest
 from kiln.topi.schedule_reduce import reduce_nest
 

@@ -27,9 +27,19 @@ from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.knobs import knob
+from kiln.topi.schedule_anchor import (
+    Anchor,
+    anchor_stages,
+    block,
+    data_size,
+    is_pad,
+    loads_of,
+    materialize,
+    parallel_axes,
+    parallel_outer,
+    static,
+)
 from kiln.topi.schedule_transform import row_nest
-from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, is_pad, loads_of, materialize,
-                                      parallel_axes, parallel_outer, static)
 
 # vector accumulators per tile, by the host's vector registers. Of AVX-512VL's 32 (Zen 4): ~16 (measured best on
 # most layers; 28 is 40% slower on resnet's 14x14 Winograd products), but up to 28 where 16 leaves little reuse:

@@ -19,8 +19,17 @@ from kiln.te.bound import canon
 from kiln.te.schedule import Schedule, Stage
 from kiln.te.tensor import IterVar, Tensor
 from kiln.topi.knobs import knob
-from kiln.topi.schedule_anchor import (Anchor, anchor_stages, block, data_size, loads_of, materialize, parallel_outer,
-                                       static, uses)
+from kiln.topi.schedule_anchor import (
+    Anchor,
+    anchor_stages,
+    block,
+    data_size,
+    loads_of,
+    materialize,
+    parallel_outer,
+    static,
+    uses,
+)
 
 ROW_BLOCK = 4
 COLUMN_BLOCK = 32  # four AVX2 vectors

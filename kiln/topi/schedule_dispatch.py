@@ -13,9 +13,9 @@ from kiln.errors import LoweringError
 from kiln.target import Target
 from kiln.te.schedule import Schedule
 from kiln.te.tensor import Tensor
+from kiln.topi.schedule_attention import schedule_attention
 from kiln.topi.schedule_conv import schedule_conv
 from kiln.topi.schedule_conv_nchwc import schedule_conv_nchwc
-from kiln.topi.schedule_attention import schedule_attention
 from kiln.topi.schedule_dense import schedule_dense, schedule_dense_packed
 from kiln.topi.schedule_generic import schedule_generic
 from kiln.topi.schedule_pool import schedule_pool

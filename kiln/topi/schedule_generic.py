@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln import tir
+from kiln.target import Target
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import ComputeOp, ExternOp, Tensor
 from kiln.topi.knobs import knob
-from kiln.target import Target
 
 VECTOR = 8  # float32 lanes of AVX2
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, OpenMP start-up costs more than it saves

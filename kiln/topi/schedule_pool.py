@@ -14,8 +14,16 @@ from kiln.target import Target
 from kiln.te.schedule import Schedule, create_schedule
 from kiln.te.tensor import Tensor
 from kiln.topi.knobs import knob
-from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, materialize,
-                                       parallel_outer, static)
+from kiln.topi.schedule_anchor import (
+    block,
+    data_size,
+    inline_injective,
+    is_pad,
+    is_reduction,
+    materialize,
+    parallel_outer,
+    static,
+)
 
 OW_TILES = (1, 2, 4, 7, 8, 14, 16)
 

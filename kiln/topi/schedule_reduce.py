@@ -18,9 +18,19 @@ from kiln.target import Target
 from kiln.te.bound import canon
 from kiln.te.schedule import Schedule, Stage, create_schedule
 from kiln.te.tensor import IterVar, Tensor
-from kiln.topi.schedule_anchor import (block, data_size, inline_injective, is_pad, is_reduction, loads_of, materialize,
-                                       parallel_outer, static, uses)
 from kiln.topi.knobs import knob
+from kiln.topi.schedule_anchor import (
+    block,
+    data_size,
+    inline_injective,
+    is_pad,
+    is_reduction,
+    loads_of,
+    materialize,
+    parallel_outer,
+    static,
+    uses,
+)
 from kiln.topi.schedule_generic import VECTOR, loop_nest
 
 RUN = 64  # elements of the vectorized axis per parallel task

@@ -14,7 +14,6 @@ from kiln import te, tir
 from kiln.tir import PrimExpr, select
 from kiln.topi.registry import F64, ComputeError, f64, out_dims, register_compute, static_dim, tensor_type
 
-
 I64 = "int64"
 
 

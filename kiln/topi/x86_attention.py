@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kiln import te, tir
+from kiln.op import fast_math as spec
 from kiln.target import Target
 from kiln.te.schedule import Schedule, create_schedule
 from kiln.te.tensor import Tensor
@@ -26,7 +27,6 @@ from kiln.tir.expr import PrimExpr
 from kiln.topi.knobs import knob
 from kiln.topi.schedule_anchor import block, data_size, parallel_outer, static
 from kiln.topi.schedule_generic import loop_nest
-from kiln.op import fast_math as spec
 from kiln.topi.vmath import fmax, vexp
 from kiln.topi.x86_rowwise import lanes_of
 

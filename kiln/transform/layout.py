@@ -13,9 +13,8 @@ from kiln.ir.expr import Call, Constant, Expr, Function
 from kiln.ir.module import IRModule
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
+from kiln.op.winograd import WinogradInputAttrs, WinogradOutputAttrs, transform_weight, winograd_input, winograd_output
 from kiln.target import Target
-from kiln.op.winograd import (WinogradInputAttrs, WinogradOutputAttrs, transform_weight, winograd_input,
-                              winograd_output)
 from kiln.transform.infra import PassContext, function_pass
 from kiln.transform.layout_rules import transform
 from kiln.transform.relayout import Conv2d, InLayout, Relayout, checked, rank

@@ -21,6 +21,7 @@ from kiln.errors import TypeInferenceError
 from kiln.ir.expr import Call, Constant, Expr, Function, Op, TupleGetItem, absent, children, is_absent
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order, with_children
+from kiln.op.concat_slice import slice_bounds
 from kiln.op.layout import (
     POOL_OPS,
     Conv2dNCHWcAttrs,
@@ -33,7 +34,6 @@ from kiln.op.layout import (
 )
 from kiln.op.nn import ConvAttrs
 from kiln.op.registry import Pattern, get_op
-from kiln.op.concat_slice import slice_bounds
 from kiln.op.typerel import broadcast_shapes
 from kiln.transform.layout_rules import TRANSFORM_RULES, transform
 from kiln.transform.pattern import apply_rules

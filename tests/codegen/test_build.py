@@ -5,7 +5,8 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from kiln.codegen import FLAGS, CompileCache, CompileError, CompilerNotFoundError, build_library, cache as cache_mod
+from kiln.codegen import FLAGS, CompileCache, CompileError, CompilerNotFoundError, build_library
+from kiln.codegen import cache as cache_mod
 from kiln.errors import KilnError
 from kiln.tir import Buffer, BufferStore, FloatImm, For, ForKind, IntImm, PrimFunc, Var
 

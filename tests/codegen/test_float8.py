@@ -122,8 +122,8 @@ def _private_kiln_cache(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", _cast_cases())
 def test_onnx_cast_cases_compile(_private_kiln_cache, name):
     """Cast/CastLike to and from float8/float4 (e8m0 included) match the ONNX outputs, all compiled."""
-    from kiln.frontend.onnx import from_onnx
     from kiln.compiler.lower import build_graph_executor as build_executor
+    from kiln.frontend.onnx import from_onnx
     from tests.conformance.cases import assert_similar, data_sets, node_cases
     from tests.conformance.test_node_cases import expected_failures
 

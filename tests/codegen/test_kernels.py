@@ -4,8 +4,24 @@ import numpy as np
 import pytest
 
 from kiln.codegen import generate
-from kiln.tir import (Allocate, Buffer, BufferStore, Cast, FloatImm, FloorDiv, FloorMod, For, ForKind, IntImm,
-                      PrimFunc, Ramp, TruncDiv, TruncMod, Var, seq)
+from kiln.tir import (
+    Allocate,
+    Buffer,
+    BufferStore,
+    Cast,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    For,
+    ForKind,
+    IntImm,
+    PrimFunc,
+    Ramp,
+    TruncDiv,
+    TruncMod,
+    Var,
+    seq,
+)
 
 from .conftest import requires_gcc
 

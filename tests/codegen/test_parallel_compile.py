@@ -6,7 +6,8 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from kiln.codegen import FLAGS, CompileCache, CompileError, build_library, cache as cache_mod, generate
+from kiln.codegen import FLAGS, CompileCache, CompileError, build_library, generate
+from kiln.codegen import cache as cache_mod
 from kiln.codegen.c_source import RENDERED_ATTR, UNIT_MARK, render
 from kiln.codegen.cache import plan_chunks, split_units
 from kiln.tir import Buffer, BufferStore, FloatImm, For, ForKind, IntImm, PrimFunc, Var

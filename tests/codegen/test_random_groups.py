@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kiln
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir import Constant, Function, IRModule, Var
 from kiln.ir.types import ANY, SizeVar, TensorType
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 from tests.random_graphs import random_module
 

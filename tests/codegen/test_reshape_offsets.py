@@ -12,10 +12,11 @@ import pytest
 
 from kiln import tir
 from kiln.codegen.c_source import generate
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
-from kiln.compiler.fuse import fuse
 from kiln.tir import FloorDiv, FloorMod, IntImm
 from tests.codegen.conftest import requires_gcc
 

@@ -11,7 +11,6 @@ from kiln.ir import dtype as dt
 from kiln.ir.types import SizeVar
 from kiln.op import get_op
 from kiln.te.eval import EXTERN_FUNCS
-
 from tests.helpers import one_op_module
 
 from .conftest import requires_gcc

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir import Function, IRModule, TensorType, Var
-from kiln.ir.types import SizeVar
 from kiln.compiler.fuse import fuse
 from kiln.compiler.in_model_check import check_picks, group_seconds, paired_seconds, static_feeds
-from kiln.tune.records import IN_MODEL_MARGIN
+from kiln.ir import Function, IRModule, TensorType, Var
+from kiln.ir.types import SizeVar
 from kiln.target import Target
+from kiln.tune.records import IN_MODEL_MARGIN
 from kiln.tune.tasks import extract_tasks
 from tests.tune.conftest import requires_gcc
 from tests.tune.models import tiny_model

@@ -8,14 +8,14 @@ import pytest
 
 import kiln
 from kiln.codegen import CompileCache, generate
+from kiln.compiler import kernel_cache as kc
+from kiln.compiler.aot import build_aot
+from kiln.compiler.lower import build_graph_executor as build_graph
 from kiln.ir import Constant, Function, Var
 from kiln.ir.expr import Call
 from kiln.ir.types import TensorType
 from kiln.models import small_cnn
 from kiln.op import get_op
-from kiln.compiler import kernel_cache as kc
-from kiln.compiler.aot import build_aot
-from kiln.compiler.lower import build_graph_executor as build_graph
 from kiln.tir.stmt import Evaluate
 from kiln.tune.apply import Tuned
 from kiln.tune.tasks import workload_key

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.errors import KilnError
 from kiln.compiler.memory_plan import ALIGN, MemoryLimitError, Step, plan_memory
+from kiln.errors import KilnError
 
 
 @st.composite

@@ -38,8 +38,8 @@ def _private_compile_cache(tmp_path_factory):
 def run_case(name: str) -> list[str]:
     """Build the case's model with the compiled executor, check every data set; returns why each group
     that ran on the host (no kernel ahead of time, none specialized at run time) did so."""
-    from kiln.frontend.onnx import from_onnx
     from kiln.compiler.lower import build_graph_executor as build
+    from kiln.frontend.onnx import from_onnx
 
     tc = node_cases()[name]
     mod = from_onnx(tc.model)

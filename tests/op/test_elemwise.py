@@ -16,8 +16,8 @@ from kiln.errors import ImportError_, TypeInferenceError
 from kiln.ir.expr import Var, absent
 from kiln.ir.types import ANY, SizeVar, TensorType
 from kiln.op import elemwise as ew
-from kiln.op.registry import OpDef, get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import OpDef, get_op
 from tests.helpers import model
 
 ort = pytest.importorskip("onnxruntime")

@@ -11,8 +11,8 @@ from kiln.errors import TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir.types import ANY, SizeVar, TensorType
 from kiln.op import get_op
-from kiln.op.linalg import EinsumAttrs, GemmAttrs
 from kiln.op.interpreter import evaluate
+from kiln.op.linalg import EinsumAttrs, GemmAttrs
 from tests.helpers import F, model
 from tests.op.test_reduce import check_vs_ort, infer, rand
 

@@ -10,8 +10,8 @@ from kiln.errors import TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir import ANY, SizeVar, TensorType, Var
 from kiln.op import get_op
-from kiln.op.ml import LabelEncoderAttrs
 from kiln.op.interpreter import evaluate
+from kiln.op.ml import LabelEncoderAttrs
 
 ort = pytest.importorskip("onnxruntime")
 ML = "ai.onnx.ml"

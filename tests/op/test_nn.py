@@ -15,8 +15,8 @@ from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Var
 from kiln.ir.types import ANY, SizeVar, TensorType, TupleType
 from kiln.op import get_op
-from kiln.op.nn import AveragePoolAttrs, ConvAttrs, DeformConvAttrs, DropoutAttrs, MaxPoolAttrs, MaxUnpoolAttrs
 from kiln.op.interpreter import evaluate
+from kiln.op.nn import AveragePoolAttrs, ConvAttrs, DeformConvAttrs, DropoutAttrs, MaxPoolAttrs, MaxUnpoolAttrs
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)

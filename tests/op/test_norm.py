@@ -12,8 +12,8 @@ from kiln.errors import ImportError_, TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.op import get_op
-from kiln.op.norm import BatchNormAttrs, LayerNormAttrs
 from kiln.op.interpreter import evaluate
+from kiln.op.norm import BatchNormAttrs, LayerNormAttrs
 from tests.op.test_nn import check_vs_ort, f32, infer, one_node_model, rand
 
 N, L = SizeVar("N"), SizeVar("L")

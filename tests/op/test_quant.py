@@ -12,8 +12,8 @@ from kiln.errors import TypeInferenceError
 from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Var, absent
 from kiln.ir.types import SizeVar, TensorType, TupleType
-from kiln.op.registry import get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import get_op
 from tests.helpers import model
 
 ort = pytest.importorskip("onnxruntime")

@@ -10,8 +10,8 @@ from kiln.errors import TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir import SizeVar, TensorType, Var
 from kiln.op import get_op
-from kiln.op.random import BernoulliAttrs, MultinomialAttrs, RandomNormalAttrs, RandomUniformAttrs
 from kiln.op.interpreter import evaluate, run_op
+from kiln.op.random import BernoulliAttrs, MultinomialAttrs, RandomNormalAttrs, RandomUniformAttrs
 
 N = SizeVar("N")
 

@@ -15,8 +15,8 @@ from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Var
 from kiln.ir.types import ANY, SizeVar, TensorType, TupleType
 from kiln.op import get_op
-from kiln.op.reduce import ArgReduceAttrs, CumAttrs, LossAttrs, ReduceAttrs, SoftmaxAttrs
 from kiln.op.interpreter import evaluate
+from kiln.op.reduce import ArgReduceAttrs, CumAttrs, LossAttrs, ReduceAttrs, SoftmaxAttrs
 from tests.helpers import F, model
 
 ort = pytest.importorskip("onnxruntime")

@@ -10,8 +10,8 @@ from kiln.errors import EvaluationError, TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir import ANY, Constant, Function, OptionalType, SeqType, SizeVar, TensorType, Tuple, Var
 from kiln.op import get_op
-from kiln.op.sequence import ConcatFromSequenceAttrs, OptionalAttrs, SplitToSequenceAttrs
 from kiln.op.interpreter import evaluate, run_function, run_op
+from kiln.op.sequence import ConcatFromSequenceAttrs, OptionalAttrs, SplitToSequenceAttrs
 from tests.helpers import I64, F
 
 ort = pytest.importorskip("onnxruntime")

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 from kiln.errors import TypeInferenceError
 from kiln.ir.expr import Constant, Var, absent
 from kiln.ir.types import ANY, SizeVar, TensorType
-from kiln.op.registry import get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import get_op
 from tests.helpers import model
 
 ort = pytest.importorskip("onnxruntime")

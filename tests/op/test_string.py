@@ -10,8 +10,8 @@ from kiln.errors import TypeInferenceError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir import ANY, SizeVar, TensorType, Var
 from kiln.op import get_op
-from kiln.op.string import RegexFullMatchAttrs, StringNormalizerAttrs, StringSplitAttrs, strings
 from kiln.op.interpreter import evaluate
+from kiln.op.string import RegexFullMatchAttrs, StringNormalizerAttrs, StringSplitAttrs, strings
 
 ort = pytest.importorskip("onnxruntime")
 S = TensorProto.STRING

@@ -15,8 +15,8 @@ from kiln.errors import TypeInferenceError
 from kiln.frontend import onnx_tensor
 from kiln.ir.expr import Constant, Var, absent
 from kiln.ir.types import ANY, SizeVar, TensorType, TupleType, compatible
-from kiln.op.registry import get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import get_op
 from kiln.op.reshape import reshape_dims
 from tests.helpers import model
 

@@ -9,8 +9,8 @@ import pytest
 from kiln.errors import TypeInferenceError
 from kiln.ir.expr import Var
 from kiln.ir.types import SizeVar, TensorType, TupleType
-from kiln.op.registry import get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import get_op
 
 N = SizeVar("N")
 RNG = np.random.default_rng(2)

@@ -14,8 +14,8 @@ import kiln.onnx_backend
 from kiln.errors import EvaluationError, TypeInferenceError
 from kiln.ir.expr import Constant, Var, absent
 from kiln.ir.types import ANY, SizeVar, TensorType
-from kiln.op.registry import get_op
 from kiln.op.interpreter import run_op
+from kiln.op.registry import get_op
 from tests.helpers import model
 
 ort = pytest.importorskip("onnxruntime")

@@ -6,14 +6,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 from kiln.codegen import CompileCache
-from kiln.errors import InputError, KilnError
-from kiln.models import mlp, small_cnn
+from kiln.compiler.aot import build_aot
+from kiln.compiler.memory_plan import ALIGN, MemoryLimitError
+from kiln.errors import AotError, InputError, KilnError
 from kiln.ir.expr import Call, Constant
 from kiln.ir.visitor import post_order
-from kiln.errors import AotError
-from kiln.compiler.aot import build_aot
+from kiln.models import mlp, small_cnn
 from kiln.runtime.executor import primitive_functions
-from kiln.compiler.memory_plan import ALIGN, MemoryLimitError
 from tests.helpers import F, model
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 import kiln
 from kiln.errors import KernelError
-from tests.helpers import F, I64, model
+from tests.helpers import I64, F, model
 
 
 def _gather_model(op: str, **attrs):

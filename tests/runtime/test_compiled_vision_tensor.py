@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.frontend.onnx import from_onnx
 from kiln.compiler.lower import build_graph_executor as build
+from kiln.frontend.onnx import from_onnx
 from tests.codegen.conftest import requires_gcc
-from tests.helpers import BOOL, F, I64, model
+from tests.helpers import BOOL, I64, F, model
 
 pytestmark = requires_gcc
 rng = np.random.default_rng(4)

@@ -10,16 +10,16 @@ import pytest
 from onnx import helper, numpy_helper
 
 import kiln
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.frontend.onnx import from_onnx
 from kiln.ir import Function, IRModule, Var
 from kiln.ir.dtype import from_numpy
-from kiln.models import bert_tiny
 from kiln.ir.types import SizeVar, TensorType, TupleType
+from kiln.models import bert_tiny
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build
 from kiln.runtime.executor import primitive_functions
 from tests.codegen.conftest import requires_gcc
-from tests.helpers import F, I64, model
+from tests.helpers import I64, F, model
 
 pytestmark = requires_gcc
 rng = np.random.default_rng(3)

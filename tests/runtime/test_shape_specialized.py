@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.compiler.model_dims import with_input_shapes
 from kiln.errors import InputError
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
 from kiln.op import get_op
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
-from kiln.compiler.model_dims import with_input_shapes
 from tests.codegen.conftest import requires_gcc
 
 pytestmark = requires_gcc

@@ -7,7 +7,7 @@ from onnx import helper
 
 import kiln
 from kiln.compiler.lower import build_graph_executor as build
-from tests.helpers import F, I64, model
+from tests.helpers import I64, F, model
 
 
 def test_reduce_with_axes_as_input_compiles_per_value():

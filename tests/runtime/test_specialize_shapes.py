@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kiln.compiler import specialize as compile_specialized
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir import Function, IRModule, Var
 from kiln.ir.types import ANY, TensorType
 from kiln.op import get_op
 from kiln.runtime import specialize
-from kiln.compiler import specialize as compile_specialized
-from kiln.compiler.lower import build_graph_executor as build
 from tests.codegen.conftest import requires_gcc
 
 pytestmark = requires_gcc

@@ -11,10 +11,10 @@ import pytest
 
 import kiln
 from kiln.codegen import CompileCache
+from kiln.compiler.aot import build_aot
 from kiln.ir import Constant, Function, IRModule, Tuple, Var
 from kiln.ir.types import TensorType
 from kiln.op import get_op
-from kiln.compiler.aot import build_aot
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 

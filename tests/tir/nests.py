@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.tir import Allocate, Buffer, BufferStore, FloatImm, For, ForKind, IfThenElse, IntImm, PrimFunc, Var, seq
 from kiln.tir import expr as E
-from kiln.tir import (Allocate, Buffer, BufferStore, FloatImm, For, ForKind, IfThenElse, IntImm, PrimFunc, Var,
-                      seq)
 
 S, P, V, U = ForKind.SERIAL, ForKind.PARALLEL, ForKind.VECTORIZED, ForKind.UNROLLED
 

@@ -93,8 +93,9 @@ def test_at_most_max_conditions_per_run(n):
 def test_padded_depthwise_conv_tiles_are_branch_free_inside():
     """End to end: a depthwise 3x3 conv with zero padding (inlined, no padded copy) compiles to tiles
     whose row tests are outside the taps, and matches numpy."""
-    import kiln
     from onnx import TensorProto, helper, numpy_helper
+
+    import kiln
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)

@@ -5,8 +5,8 @@ import pytest
 import kiln
 import kiln.codegen.lower_fused as lower_fused
 from kiln.codegen.lower_fused import KERNEL_SKIPPED_PASSES
-from kiln.models import small_cnn
 from kiln.compiler.fuse import fuse
+from kiln.models import small_cnn
 from kiln.runtime.executor import primitive_functions
 from kiln.tir.transform import LOWER_PIPELINE, lower_passes, simplify
 

@@ -8,8 +8,15 @@ import pytest
 from kiln.tir import Buffer, BufferStore, For, ForKind, IfThenElse, IntImm, PrimFunc, Ramp, Var
 from kiln.tir.eval import run
 from kiln.tir.functor import walk
-from kiln.tir.transform import (LOWER_PIPELINE, loop_partition, lower_passes, simplify, storage_flatten, unroll,
-                                vectorize)
+from kiln.tir.transform import (
+    LOWER_PIPELINE,
+    loop_partition,
+    lower_passes,
+    simplify,
+    storage_flatten,
+    unroll,
+    vectorize,
+)
 from tests.tir import nests
 
 

@@ -91,10 +91,10 @@ def test_every_nest_keeps_meaning_through_the_pipeline():
 
 
 def test_compiled_concat_after_upsample_matches_the_interpreter():
-    import kiln
-    from kiln.op.interpreter import evaluate
     from onnx import helper, numpy_helper
 
+    import kiln
+    from kiln.op.interpreter import evaluate
     from tests.helpers import F, model
 
     rng = np.random.default_rng(5)

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir import IRModule
 from kiln.ir.dtype import from_numpy
 from kiln.ir.types import SizeVar
 from kiln.op import get_op
 from kiln.runtime.executor import GraphExecutor
-from kiln.compiler.lower import build_graph_executor as build
 from tests.helpers import one_op_module
 
 TOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 1e-2}

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kiln.codegen.c_source import generate
-from kiln.ir.dtype import to_numpy
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.ir.dtype import to_numpy
 from kiln.topi.knobs import applying
 from tests.codegen.conftest import requires_gcc
 from tests.topi.compiled_op import op_module, run_compiled
@@ -185,8 +185,8 @@ def test_bert_heads_tiles_stay_in_registers():
     AVX2 4 rows x 4 vectors spilled one accumulator to the stack every step)."""
     import re
 
-    from kiln.topi import x86_attention
     from kiln.target import Target
+    from kiln.topi import x86_attention
 
     arrays = _qkv(1, 4, 4, 32, 32, 32, 32)
     mod = op_module(OP, arrays)

@@ -12,12 +12,13 @@ import pytest
 
 import kiln
 from kiln.codegen.c_source import generate
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
-from kiln.compiler.fuse import fuse
-from kiln.transform import PassContext
 from kiln.target import Target
+from kiln.transform import PassContext
 from kiln.transform.layout import choose_block, default_block
 
 pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed"),

@@ -12,16 +12,17 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.codegen.c_source import generate
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
 from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, TupleGetItem, Var
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
 from kiln.op import get_op
-from kiln.codegen.c_source import generate
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
-from kiln.compiler.fuse import fuse
+from kiln.target import Target, building_for
 from kiln.topi.knobs import KnobSpace, applying
 from kiln.topi.schedule_conv_nchwc import budget, default_tiles
-from kiln.target import Target, building_for
 from kiln.transform import PassContext
 from tests.helpers import op_names
 from tests.topi.conftest import SCHEDULE_TEST

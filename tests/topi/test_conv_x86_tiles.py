@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir import Constant, Function, IRModule, TensorType, Var
-from kiln.op import get_op
 from kiln.codegen.c_source import generate
 from kiln.compiler.fuse import fuse
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
+from kiln.ir import Constant, Function, IRModule, TensorType, Var
+from kiln.op import get_op
 from kiln.target import Target
 from kiln.topi.knobs import applying
 from kiln.transform import PassContext

@@ -14,10 +14,10 @@ import pytest
 import kiln
 import kiln.topi.schedule_dense as schedule_dense
 import kiln.topi.schedule_dispatch as dispatch
-from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
-from kiln.op import get_op
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.ir import Constant, Function, IRModule, SizeVar, TensorType, Var
+from kiln.op import get_op
 from kiln.target import Target
 from kiln.topi.knobs import KnobSpace, applying
 

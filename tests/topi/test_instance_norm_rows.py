@@ -9,9 +9,10 @@ import pytest
 
 from kiln import te
 from kiln.codegen.c_source import generate
-from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
 from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
+from kiln.op import get_op
 from kiln.topi.x86_rowwise import NAMES, instance_eligible
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import one_op_module

@@ -8,12 +8,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Function, Var
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build
 from tests.topi.harness import rand
 from tests.topi.test_misc_numeric import compiled_vs_interpreter
 

@@ -83,8 +83,8 @@ def test_te_evaluator_runs_the_reference(rule):
 
 @requires_gcc
 def test_aot_library_calls_the_runtime_function():
-    from kiln.op import get_op
     from kiln.compiler.aot import build_aot
+    from kiln.op import get_op
 
     arrays = _arrays("gated_delta", hq=4, hkv=2, decay_per="head")
     attrs = dict(q_num_heads=4, kv_num_heads=2, update_rule="gated_delta")

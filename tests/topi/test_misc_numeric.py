@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir.types import ANY
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build
 from tests.helpers import one_op_module
 from tests.topi.cases import CASES
 from tests.topi.cases_numeric import tfidf_attrs, tree_attrs, tree_input

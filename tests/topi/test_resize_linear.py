@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.op import get_op
 from kiln.compiler.lower import build_graph_executor as build
+from kiln.op import get_op
 from kiln.topi.resize_linear import affine_source, linear_in_input_dtype
 from tests.codegen.conftest import requires_gcc
 from tests.helpers import one_op_module

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kiln.codegen.c_source import generate
-from kiln.ir.dtype import to_numpy
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.ir.dtype import to_numpy
 from kiln.topi.knobs import applying
 from tests.codegen.conftest import requires_gcc
 from tests.topi.compiled_op import op_module, run_compiled

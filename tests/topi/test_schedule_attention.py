@@ -11,10 +11,10 @@ import pytest
 
 import kiln
 import kiln.topi.schedule_dispatch as dispatch
-from kiln.ir import Function, IRModule, TensorType, Var
-from kiln.op import get_op
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.ir import Function, IRModule, TensorType, Var
+from kiln.op import get_op
 from kiln.topi.knobs import applying
 from tests.topi.conftest import recording
 

@@ -9,10 +9,11 @@ import pytest
 
 import kiln
 from kiln.codegen.c_source import generate
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
 from kiln.ir import Function, IRModule, TensorType, Var
 from kiln.op import get_op
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
-from kiln.compiler.fuse import fuse
 from kiln.transform import PassContext
 from tests.topi.conftest import SCHEDULE_TEST
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from kiln.codegen.c_source import generate
-from kiln.compiler.lower import build_graph_executor as build, lower_groups
 from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
+from kiln.compiler.lower import lower_groups
 from tests.codegen.conftest import requires_gcc
 from tests.topi.compiled_op import op_module
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
 from kiln.op.winograd import transform_weight, winograd_matrices
-from kiln.compiler.lower import build_graph_executor as build
 from kiln.transform import PassContext
 from kiln.transform.layout_rules import transform
 from tests.helpers import op_names

@@ -7,9 +7,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 import kiln
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
-from kiln.compiler.lower import build_graph_executor as build
 from kiln.transform import PASSES, PassContext
 from tests.helpers import F, model
 

@@ -9,7 +9,6 @@ import kiln
 from kiln.transform import PassContext, WellFormedCheck
 from tests.test_light_models import ROOT, light_cases
 
-
 # NOTE: ill-conditioned, not a miscompile. On normal inputs inception_v1's random weights drive the logits to
 # ~8.3e20, where a float32 ulp is ~6.6e13: pack-dense's product (float64, cast to float32) differs from the Gemm's
 # by one ulp in 8 of 1000 logits (BLAS summation order: indices 0-3 and 500-503, one chunk per thread), and the

@@ -13,9 +13,9 @@ from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
 from kiln.op import get_op
 from kiln.op.linalg import unpack_panels
+from kiln.target import Target
 from kiln.transform import PassContext
 from kiln.transform.basic import infer_type
-from kiln.target import Target
 from kiln.transform.pack_dense import pack_dense, panel_width
 
 rng = np.random.default_rng(0)

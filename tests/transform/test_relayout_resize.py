@@ -8,10 +8,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 import kiln
+from kiln.compiler.fuse import fuse
+from kiln.compiler.lower import build_graph_executor as build
 from kiln.ir.expr import Call
 from kiln.ir.visitor import post_order
-from kiln.compiler.lower import build_graph_executor as build
-from kiln.compiler.fuse import fuse
 from tests.helpers import F, model
 
 RNG = np.random.default_rng(0)

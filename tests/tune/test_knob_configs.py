@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.codegen.cache import CompileCache
 from kiln.codegen.backends import build_library
-from kiln.ir.dtype import to_numpy
+from kiln.codegen.cache import CompileCache
 from kiln.compiler.fuse import fuse
+from kiln.ir.dtype import to_numpy
 from kiln.tir.expr import IntImm
 from kiln.tir.stmt import Buffer
 from kiln.tune.search import random_config
