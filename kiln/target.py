@@ -1,7 +1,8 @@
 """The machine code is built for, as one immutable value.
 
-`Target.host()` reads this machine once (the only place in Kiln that reads /proc/cpuinfo, sysfs or
-the CPU count); everything else gets a Target passed down: passes read `PassContext.target`,
+`Target.host()` reads this machine once (the only place in Kiln that reads /proc/cpuinfo, sysfs, the CPU
+count or what the compiler on PATH makes of -march=native); everything else gets a Target passed down:
+passes read `PassContext.target`,
 schedules get it from lowering. `str(target)` is a canonical one-line text and `Target.parse` reads
 it back; options a partial text leaves out come from the host:
 
@@ -17,11 +18,13 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.errors import KilnError
+from kiln.errors import CompileError, CompilerNotFoundError, KilnError
 
 KINDS = ("c",)
 # Instruction-set extensions (as /proc/cpuinfo names them) that generated code may use.
@@ -102,8 +105,6 @@ class Target:
     @functools.cached_property
     def key(self) -> str:
         """A short stable name of this target and the compiler's identity, for cache keys and tuning records."""
-        from kiln.codegen.compiler import compiler_identity, find_compiler
-
         identity = compiler_identity(find_compiler(self.cc))
         digest = hashlib.sha256(f"{self}\0{identity}".encode()).hexdigest()
         return f"{self.kind}-{digest[:16]}"
@@ -248,3 +249,39 @@ def _with_options(base: Target, given: dict[str, str]) -> Target:
     cores = _int(given["cores"], "cores") if "cores" in given else base.cores
     return Target(base.kind, arch, features, bits, registers, sizes["l1d"], sizes["l2"], sizes["l3"], cores,
                   given.get("cc", base.cc))
+
+
+# The compiler on this machine is part of the machine: what it is and what -march=native means here.
+
+
+def find_compiler(cc: str = "gcc") -> str:
+    """The absolute path of `cc` (a name looked up on PATH, or a path)."""
+    found = shutil.which(cc)
+    if found is None:
+        raise CompilerNotFoundError(
+            f"C compiler {cc!r} not found (looked on PATH={os.environ.get('PATH', '')!r}). Kiln's CPU backend "
+            "compiles kernels with gcc: install it (Debian/Ubuntu: `apt-get install gcc`; Fedora: "
+            "`dnf install gcc`; macOS: `brew install gcc`) or pass the compiler's path as `cc=`.")
+    return found
+
+
+def compiler_identity(cc_path: str) -> str:
+    """What the compiler is (version, and what -march=native means on this machine): part of the
+    cache key, so an upgraded gcc or another CPU never reuses a stale library."""
+    st = os.stat(cc_path)
+    return _identity(cc_path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _identity(cc_path: str, mtime_ns: int, size: int) -> str:
+    version = _run_tool([cc_path, "--version"]).stdout
+    target = _run_tool([cc_path, "-march=native", "-Q", "--help=target"]).stdout
+    return f"{version}\n{hashlib.sha256(target.encode()).hexdigest()}"
+
+
+def _run_tool(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run a tool of the toolchain; a failure is a CompileError quoting its complaint."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}")
+    return proc

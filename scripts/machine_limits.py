@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.codegen.compiler import FLAGS, compile_shared, find_compiler
+from kiln.codegen.compiler import FLAGS, compile_shared
+from kiln.target import find_compiler
 
 SOURCE = r"""
 #include <omp.h>

@@ -26,12 +26,10 @@ from kiln.codegen.compiler import (
     FLAGS,
     compile_object,
     compile_shared,
-    compiler_identity,
-    find_compiler,
     link_shared,
     object_flags,
 )
-from kiln.target import host_cores
+from kiln.target import compiler_identity, find_compiler, host_cores
 
 # in a unit of a split build the typed bodies are visible to the other units, never outside the library
 SPLIT_LINKAGE = '#define KILN_BODY __attribute__((visibility("hidden")))\n'

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,38 +28,6 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno",
                           "-fno-trapping-math")
 LIBS: tuple[str, ...] = ("-lm",)
 ERROR_LINES = 12  # how much of gcc's complaint an error message quotes
-
-
-def find_compiler(cc: str = "gcc") -> str:
-    """The absolute path of `cc` (a name looked up on PATH, or a path)."""
-    found = shutil.which(cc)
-    if found is None:
-        raise CompilerNotFoundError(
-            f"C compiler {cc!r} not found (looked on PATH={os.environ.get('PATH', '')!r}). Kiln's CPU backend "
-            "compiles kernels with gcc: install it (Debian/Ubuntu: `apt-get install gcc`; Fedora: "
-            "`dnf install gcc`; macOS: `brew install gcc`) or pass the compiler's path as `cc=`.")
-    return found
-
-
-def compiler_identity(cc_path: str) -> str:
-    """What the compiler is (version, and what -march=native means on this machine): part of the
-    cache key, so an upgraded gcc or another CPU never reuses a stale library."""
-    st = os.stat(cc_path)
-    return _identity(cc_path, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _identity(cc_path: str, mtime_ns: int, size: int) -> str:
-    version = _run([cc_path, "--version"]).stdout
-    target = _run([cc_path, "-march=native", "-Q", "--help=target"]).stdout
-    return f"{version}\n{hashlib.sha256(target.encode()).hexdigest()}"
-
-
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CompileError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}")
-    return proc
 
 
 def compile_shared(source: Path, output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.codegen.compiler import compiler_identity, find_compiler
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.report import BuildReport
 from kiln.ir.module import IRModule
@@ -16,7 +15,7 @@ from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
-from kiln.target import Target
+from kiln.target import Target, compiler_identity, find_compiler
 from kiln.tune.apply import Tuned
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.codegen.cache import CompileCache, cache_key
-from kiln.codegen.compiler import FLAGS, compiler_identity, find_compiler
+from kiln.codegen.compiler import FLAGS
+from kiln.target import compiler_identity, find_compiler
 
 
 @dataclass

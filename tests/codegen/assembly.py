@@ -4,8 +4,9 @@ import subprocess
 
 import kiln
 from kiln.codegen.c_source import generate
-from kiln.codegen.compiler import FLAGS, find_compiler
+from kiln.codegen.compiler import FLAGS
 from kiln.compiler.fuse import fuse
+from kiln.target import find_compiler
 from kiln.tune.tasks import extract_tasks, lower_with
 
 
