@@ -13,6 +13,7 @@ import numpy as np
 
 from kiln.errors import InputError
 from kiln.ir import dtype as dt
+from kiln.ir.sizes import check_alloc
 from kiln.ir.types import SizeVar, TensorType
 
 
@@ -35,6 +36,7 @@ def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: 
                 shape.append(dims[d.name])
             else:
                 shape.append(d)
+        check_alloc(f"input '{p.name}'", shape, t.dtype)
         npdt = dt.to_numpy(t.dtype)
         if t.dtype == "bool":
             arr = rng.random(shape) < 0.5
