@@ -160,6 +160,8 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
              if t not in graph.homes and t not in outputs}
     plan = plan_memory(graph.steps, sizes, memory_limit)
     check_bytes("the arena of intermediate tensors", plan.arena_bytes)
+    for t in outputs:  # before gcc runs (the executor checks them again, for a model loaded from disk)
+        check_alloc(graph.names[t], graph.types[t].shape, graph.types[t].dtype)
     where = dict(graph.homes)
     where.update({t: Ptr("arena", o) for t, o in plan.offsets.items()})
     copies = []
