@@ -125,6 +125,24 @@ def test_session_memory_limit_bounds_build_and_run():
         kiln.build(model, memory_limit=-1)
 
 
+def test_sparse_constant_is_checked_before_it_is_made_dense():
+    sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.ones(2, np.float32), "v"),
+                                       numpy_helper.from_array(np.array([0, 5], np.int64), "i"), [10**6, 10**6])
+    model = _model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], [], [_out(2)])
+    with pytest.raises(MemoryLimitError, match=r"sparse tensor 'v' needs 3.6 TiB \(shape \[1000000, 1000000\]"):
+        kiln.from_onnx(model)
+
+
+def test_conv_transpose_of_a_huge_stride_is_refused_not_rewritten():
+    model = _model([helper.make_node("ConvTranspose", ["a", "w"], ["y"], strides=[10**6, 10**6], name="ct")],
+                   [helper.make_tensor_value_info("a", F32, [1, 1, 2, 2])], [_out(4)],
+                   [("w", np.ones((1, 1, 3, 3), np.float32))])
+    with pytest.raises(MemoryLimitError, match="ct"):
+        kiln.evaluate(kiln.from_onnx(model), _feeds(model))
+    with pytest.raises(MemoryLimitError, match="ct"):  # conv-transpose-to-conv leaves it, the plan refuses it
+        kiln.build(model, executor="aot")
+
+
 def test_normal_models_are_unaffected():
     model = relu([2, 3])
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)

@@ -78,6 +78,16 @@ def check_alloc(what: str, shape: Iterable[Any], dtype: Any) -> int:
     return count
 
 
+def fits(shape: Iterable[Any], dtype: Any) -> bool:
+    """Whether a tensor of `shape` fits the bound in force: for optimizations (folding, weight
+    rewrites), which leave a call as it is rather than fail."""
+    try:
+        check_alloc("", shape, dtype)
+    except (MemoryLimitError, ShapeError):
+        return False
+    return True
+
+
 def check_bytes(what: str, count: int) -> None:
     """Check a byte count that is no single tensor (an arena) against the bound in force."""
     limit, kind = current_limit()
