@@ -1,9 +1,9 @@
 """The machine code is built for, as one immutable value.
 
-`Target.host()` reads this machine once (the only place in Kiln that reads /proc/cpuinfo,
-/proc/meminfo, sysfs or the CPU count); everything else gets a Target passed down: passes read `PassContext.target`,
-schedules get it from lowering. `str(target)` is a canonical one-line text and `Target.parse` reads
-it back; options a partial text leaves out come from the host:
+`Target.host()` reads this machine once (the only place in Kiln that reads /proc/cpuinfo, sysfs or
+the CPU count; `host_available_memory` reads /proc/meminfo); everything else gets a Target passed
+down: passes read `PassContext.target`, schedules get it from lowering. `str(target)` is a canonical
+one-line text and `Target.parse` reads it back; options a partial text leaves out come from the host:
 
     c -arch=x86_64 -features=avx,avx2,fma -vector-bits=256 -vector-registers=16 -l1d=32K -l2=1M -l3=32M -cores=2 -cc=gcc
 """

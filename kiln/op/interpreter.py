@@ -177,7 +177,7 @@ def _type_of_values(op: Any, attrs: Any, vals: list[Any]) -> Type | None:
     try:
         types = [None if v is None else TensorType(v.shape, _dt.from_numpy(v.dtype)) for v in vals] + pad
         return op.type_rel(attrs, types, small)
-    except Exception:  # noqa: BLE001  (an invalid argument is the reference's to report, with its node)
+    except Exception:  # an invalid argument is the reference's to report, with its node
         return None
 
 
