@@ -177,6 +177,13 @@ def test_bound_is_the_limit_in_force_else_the_available_memory():
     assert sizes.current_limit()[1] in ("available", "addressable")
 
 
+def test_available_memory_is_read_from_meminfo(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       32000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n")
+    assert host_available_memory(str(info)) == 20000000 * 1024
+    assert host_available_memory(str(tmp_path / "missing")) is None
+
+
 def test_fold_constant_leaves_a_huge_fold_unfolded():
     mod = kiln.from_onnx(constant_of_shape([10**5] * 3))
     assert isinstance(fold_expr(mod.main).body.fields[0], Call)
@@ -203,6 +210,17 @@ def test_cli_refuses_huge_random_inputs(tmp_path, capsys, argv, needle):
     assert main(["run", str(path), *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_checks_an_input_file_header_before_reading_it(tmp_path, capsys):
+    path, npy = tmp_path / "relu.onnx", tmp_path / "a.npy"
+    path.write_bytes(relu(["N", "M"]))
+    np.save(npy, np.ones((2, 3), np.float32))
+    raw = npy.read_bytes()
+    npy.write_bytes(raw.replace(b"'shape': (2, 3), ", b"'shape': (99999999999, 3), ", 1)[:len(raw)])
+    assert main(["run", str(path), "--input", f"a={npy}"]) == 2
+    err = capsys.readouterr().err
+    assert "shape [99999999999, 3] float32" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("executor", ["interpreter", "compiled"])
