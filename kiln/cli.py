@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln.errors import InputError, KilnError
-from kiln.feeds import random_feeds
+from kiln.feeds import load_npy, random_feeds
 from kiln.summary import checksum, op_counts
 
 
@@ -98,10 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, path in _parse_kv(args.input, "--input").items():
         if name not in mod.input_names:
             raise InputError(f"--input names '{name}', but the model's inputs are {', '.join(mod.input_names)}")
-        try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise InputError(f"--input {name}={path}: cannot read .npy file ({e})") from None
+        given[name] = load_npy(name, path)
     feeds = random_feeds(mod, given, _parse_dims(args.dim), args.seed)
     outs = run(feeds)
     if args.output_dir:

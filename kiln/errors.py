@@ -70,7 +70,13 @@ class AotError(KilnError):
 
 
 class MemoryLimitError(KilnError):
-    """The planned arena is larger than the memory limit; raised before anything runs."""
+    """A tensor (or the planned arena) is larger than the memory limit, or than the memory the machine
+    has available; raised before the memory is touched (kiln.ir.sizes). Names the node or input, its
+    shape, dtype and bytes."""
+
+
+class ShapeError(KilnError):
+    """A tensor to allocate has a negative dim (from a model's shape values or an input's dims)."""
 
 
 class ComputeError(KilnError):

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from kiln.errors import InputError
 from kiln.ir import dtype as dt
+from kiln.ir.sizes import check_alloc
 from kiln.ir.types import SizeVar, TensorType
 
 
@@ -35,6 +37,7 @@ def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: 
                 shape.append(dims[d.name])
             else:
                 shape.append(d)
+        check_alloc(f"input '{p.name}'", shape, t.dtype)
         npdt = dt.to_numpy(t.dtype)
         if t.dtype == "bool":
             arr = rng.random(shape) < 0.5
@@ -46,6 +49,19 @@ def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: 
             arr = rng.integers(0, 8, size=shape).astype(npdt)
         feeds[p.name] = arr
     return feeds
+
+
+def load_npy(name: str, path: str) -> np.ndarray:
+    """Input `name` from a .npy file; the size its header declares is checked before it is read."""
+    try:
+        with open(path, "rb") as f:
+            version = npformat.read_magic(f)
+            read_header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, _, dtype = read_header(f)
+        check_alloc(f"--input {name}={path}", shape, dtype)
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--input {name}={path}: cannot read .npy file ({e})") from None
 
 
 def symbolic_dims(model: Any) -> list[str]:

@@ -43,15 +43,16 @@ def _node_arg(t: TensorInfo) -> NodeArg:
 
 class InferenceSession:
     def __init__(self, path_or_model: Any, opt_level: int = 2, threads: int | None = None, *,
-                 executor: str = "auto"):
+                 executor: str = "auto", memory_limit: int | None = None):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise KilnError(f"threads must be a positive integer, got {threads!r}")
         if isinstance(path_or_model, CompiledModel):
             self.model = path_or_model
         elif isinstance(path_or_model, (str, os.PathLike)) and Path(path_or_model).is_dir():
             self.model = _load_model(path_or_model)
+            self.model.memory_limit = memory_limit
         else:
-            self.model = build(path_or_model, opt_level=opt_level, executor=executor)
+            self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit)
         self.threads = threads or default_threads(self.model.target)
         self._set_threads = openmp_env.set_num_threads(self.model.library) if self.threads else None
         self._output_names = [o.name for o in self.model.outputs]

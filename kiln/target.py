@@ -1,10 +1,10 @@
 """The machine code is built for, as one immutable value.
 
 `Target.host()` reads this machine once (the only place in Kiln that reads /proc/cpuinfo, sysfs, the CPU
-count or what the compiler on PATH makes of -march=native); everything else gets a Target passed down:
-passes read `PassContext.target`,
-schedules get it from lowering. `str(target)` is a canonical one-line text and `Target.parse` reads
-it back; options a partial text leaves out come from the host:
+count or what the compiler on PATH makes of -march=native; `host_available_memory` reads /proc/meminfo);
+everything else gets a Target passed down: passes read `PassContext.target`, schedules get it from
+lowering. `str(target)` is a canonical one-line text and `Target.parse` reads it back; options a
+partial text leaves out come from the host:
 
     c -arch=x86_64 -features=avx,avx2,fma -vector-bits=256 -vector-registers=16 -l1d=32K -l2=1M -l3=32M -cores=2 -cc=gcc
 """
@@ -146,6 +146,21 @@ def building_for(target: Target) -> Iterator[Target]:
 def host_cores() -> int:
     """The CPUs of the machine this process runs on (threads to start, compilers to run at once)."""
     return os.cpu_count() or 1
+
+
+@functools.cache
+def host_available_memory(meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes this machine can give a process without swapping (MemAvailable), read once; None where
+    the kernel does not say. The default bound on one tensor Kiln allocates (kiln.ir.sizes)."""
+    try:
+        text = Path(meminfo).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key == "MemAvailable" and rest.split():
+            return int(rest.split()[0]) * 1024
+    return None
 
 
 def default_vector_bits(arch: str, features: frozenset[str]) -> int:

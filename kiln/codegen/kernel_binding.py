@@ -15,6 +15,7 @@ from kiln.codegen import runtime_lib
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.shape_value import shape_value
 from kiln.ir.dtype import to_numpy
+from kiln.ir.sizes import check_alloc
 from kiln.tir import expr as E
 from kiln.tir.functor import free_vars, walk
 from kiln.tir.stmt import Buffer, For, LetStmt
@@ -61,6 +62,10 @@ def reads_unbound_size(k: Kernel) -> bool:
     return bool(free_vars(body) - bound)
 
 
-def empty_outputs(buffers: list[Buffer], bound: dict[E.Var, int]) -> list[np.ndarray]:
-    """Uninitialized arrays for the output buffers, their dims evaluated with the bound sizes."""
-    return [np.empty(tuple(shape_value(d, bound) for d in b.shape), to_numpy(b.dtype)) for b in buffers]
+def empty_outputs(buffers: list[Buffer], bound: dict[E.Var, int], what: str = "a kernel") -> list[np.ndarray]:
+    """Uninitialized arrays for the output buffers, their dims evaluated with the bound sizes; each is
+    checked against the memory bound first (kiln.ir.sizes)."""
+    shapes = [tuple(shape_value(d, bound) for d in b.shape) for b in buffers]
+    for i, (shape, b) in enumerate(zip(shapes, buffers)):
+        check_alloc(f"output {i} of {what}", shape, b.dtype)
+    return [np.empty(shape, to_numpy(b.dtype)) for shape, b in zip(shapes, buffers)]

@@ -27,6 +27,7 @@ from kiln.errors import AotError
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import check_alloc, check_bytes, tensor_bytes
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
@@ -44,6 +45,7 @@ class _Graph:
     """`main` as kernel calls over numbered tensors."""
 
     types: list[TensorType] = field(default_factory=list)  # by tensor id
+    names: list[str] = field(default_factory=list)  # by tensor id: what it is, for errors
     homes: dict[int, Ptr] = field(default_factory=dict)  # inputs and weights (fixed pointers)
     weights: list[np.ndarray] = field(default_factory=list)
     weight_ids: dict[int, int] = field(default_factory=dict)  # id(array) -> tensor id
@@ -53,19 +55,22 @@ class _Graph:
 
     def tensor(self, t: Type, what: str) -> int:
         self.types.append(_static(t, what))
+        self.names.append(what)
         return len(self.types) - 1
 
     def weight(self, data: np.ndarray, t: Type) -> int:
         if id(data) not in self.weight_ids:
             tid = self.tensor(t, "a constant")
             self.homes[tid] = Ptr("weight", len(self.weights))
+            if not data.flags.c_contiguous:  # a folded splat (a broadcast view) becomes a whole weight here
+                check_alloc("a constant", data.shape, data.dtype)
             self.weights.append(np.ascontiguousarray(data))
             self.weight_ids[id(data)] = tid
         return self.weight_ids[id(data)]
 
     def nbytes(self, tid: int) -> int:
         t = self.types[tid]
-        return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(to_numpy(t.dtype)).itemsize
+        return tensor_bytes(t.shape, t.dtype, self.names[tid])
 
 
 def _static(t: Type, what: str) -> TensorType:
@@ -118,7 +123,7 @@ def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any])
     if not all(isinstance(a, int) for a in args):
         raise AotError(f"{k.func.name}: a tuple argument to a fused call{_HINT}")
     consts = tuple(g.weight(c, TensorType(c.shape, from_numpy(c.dtype))) for c in k.constants)
-    outs = tuple(g.tensor(t, f"output of {k.func.name}") for t in k.output_types)
+    outs = tuple(g.tensor(t, f"output of {k.func.name} ({describe_group(e.op)})") for t in k.output_types)
     tids = args + consts + outs
     params = k.func.params
     if len(params) != len(tids) or not all(isinstance(p, Buffer) for p in params):
@@ -154,6 +159,9 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
              if t not in graph.homes and t not in outputs}
     plan = plan_memory(graph.steps, sizes, memory_limit)
+    check_bytes("the arena of intermediate tensors", plan.arena_bytes)
+    for t in outputs:  # before gcc runs (the executor checks them again, for a model loaded from disk)
+        check_alloc(graph.names[t], graph.types[t].shape, graph.types[t].dtype)
     where = dict(graph.homes)
     where.update({t: Ptr("arena", o) for t, o in plan.offsets.items()})
     copies = []

@@ -9,6 +9,7 @@ from typing import Any
 
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.report import BuildReport
+from kiln.ir import sizes
 from kiln.ir.module import IRModule
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
@@ -40,8 +41,15 @@ class CompiledModel:
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
     per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
     target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
+    memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
+        if self.memory_limit is None:
+            return self._run(feeds)
+        with sizes.memory_limit(self.memory_limit):
+            return self._run(feeds)
+
+    def _run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:
             return self.per_shape.run(feeds)
         return self.runner.run(feeds)

@@ -25,6 +25,7 @@ from kiln.compiler.model_dims import is_static, with_input_shapes
 from kiln.compiler.report import BuildReport, CountingCache
 from kiln.compiler.specialize import compile_specialized
 from kiln.errors import AotError, KilnError
+from kiln.ir import sizes
 from kiln.ir.module import IRModule
 from kiln.runtime import artifact
 from kiln.runtime.shape_specialized import ShapeSpecialized
@@ -39,7 +40,7 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
           progress: Callable[[str], None] | None = None,
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
           pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
-          required_passes: Sequence[str] = ()) -> CompiledModel:
+          required_passes: Sequence[str] = (), memory_limit: int | None = None) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`: a kiln.Target or its
     string (kiln.Target.parse: "c -cores=4"; options left out are the host's), by default this machine.
 
@@ -49,8 +50,21 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
     or workload key -> config; each group with a record for this target is scheduled with its
     fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
-    PassContext (config, disabled, required); an unknown pass name or config key is a KilnError."""
-    target = Target.parse(target)
+    PassContext (config, disabled, required); an unknown pass name or config key is a KilnError.
+    `memory_limit` (bytes) bounds every tensor the build and the model's runs allocate and the AOT
+    arena (default: the memory this machine has available); beyond it, MemoryLimitError."""
+    if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
+        raise KilnError(f"memory_limit must be a positive number of bytes, got {memory_limit!r}")
+    with sizes.memory_limit(memory_limit):
+        compiled = _build(model, Target.parse(target), opt_level, executor, progress, records, pass_config,
+                          disabled_passes, required_passes, memory_limit)
+    compiled.memory_limit = memory_limit
+    return compiled
+
+
+def _build(model: Any, target: Target, opt_level: int, executor: str, progress: Callable[[str], None] | None,
+           records: Any, pass_config: Mapping[str, Any] | None, disabled_passes: Sequence[str],
+           required_passes: Sequence[str], memory_limit: int | None) -> CompiledModel:
     if executor not in EXECUTORS:
         raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}),
@@ -66,7 +80,7 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     static = is_static(model)
     if executor == "aot" or (executor == "auto" and static):
         try:
-            return _build_aot(model, ctx, report, progress, tuned)
+            return _build_aot(model, ctx, report, progress, tuned, memory_limit)
         except AotError as e:
             if executor == "aot":
                 raise
@@ -75,8 +89,8 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     compiled = _build_graph(model, ctx, report, progress, tuned)
     if executor == "auto" and not static:
         compiled.per_shape = ShapeSpecialized(model, compiled.runner, lambda shapes: build_aot(
-            with_input_shapes(model, shapes), opt_level, ctx=ctx, cache=CompileCache(), tuned=tuned, cc=target.cc,
-            target=target))
+            with_input_shapes(model, shapes), opt_level, memory_limit=memory_limit, ctx=ctx, cache=CompileCache(),
+            tuned=tuned, cc=target.cc, target=target))
         if progress is not None:
             progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
     return compiled
@@ -96,12 +110,13 @@ def _tuned_note(tuned: Tuned | None) -> str:
 
 
 def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
-               progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
+               progress: Callable[[str], None] | None, tuned: Tuned | None = None,
+               memory_limit: int | None = None) -> CompiledModel:
     timing, cache = PassTiming(), CountingCache()
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
-    aot = build_aot(mod, opt_level, ctx=replace(ctx, instruments=[timing]), cache=cache, tuned=tuned, cc=ctx.target.cc,
-                    target=ctx.target)
+    aot = build_aot(mod, opt_level, memory_limit=memory_limit, ctx=replace(ctx, instruments=[timing]), cache=cache,
+                    tuned=tuned, cc=ctx.target.cc, target=ctx.target)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)

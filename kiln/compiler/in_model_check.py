@@ -33,6 +33,7 @@ from kiln.codegen import openmp_env
 from kiln.compiler.aot import build_aot
 from kiln.ir import dtype as dt
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import check_alloc
 from kiln.ir.types import TensorType
 from kiln.runtime.executor import primitive_functions
 from kiln.tune import records as rec
@@ -123,6 +124,7 @@ def static_feeds(mod: IRModule, seed: int = 0) -> dict[str, np.ndarray]:
         t = p.type
         if not isinstance(t, TensorType) or t.shape is None or not all(isinstance(d, int) for d in t.shape):
             raise ValueError(f"input '{p.name}' has type {t}: the in-model check needs static tensor inputs")
+        check_alloc(f"input '{p.name}'", t.shape, t.dtype)
         if dt.is_float(t.dtype):
             feeds[p.name] = rng.standard_normal(t.shape).astype(dt.to_numpy(t.dtype))
         else:

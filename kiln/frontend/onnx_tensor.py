@@ -15,6 +15,7 @@ import onnx
 from kiln.frontend.onnx import Node, call, converter, onnx_attrs_to, outputs, simple, tensor_value
 from kiln.ir import dtype as dt
 from kiln.ir.expr import Constant, Expr
+from kiln.ir.sizes import check_alloc
 from kiln.op.concat_slice import SplitAttrs
 from kiln.op.creation import EyeLikeAttrs, RangeAttrs
 from kiln.op.gather_scatter import ScatterElementsAttrs
@@ -168,6 +169,7 @@ def dense(sp: onnx.SparseTensorProto) -> np.ndarray:
     """A SparseTensorProto as a dense array (indices are flat positions or coordinates)."""
     values, indices = tensor_value(sp.values), tensor_value(sp.indices)
     dims = tuple(sp.dims)
+    check_alloc(f"sparse tensor '{sp.values.name}'", dims, values.dtype)
     out = np.zeros(math.prod(dims), values.dtype)
     if indices.ndim == 2:
         indices = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices.reshape(-1)

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from kiln.errors import EvaluationError, InputError, KilnError
+from kiln.errors import EvaluationError, InputError, KilnError, MemoryLimitError
 from kiln.ir import dtype as _dt
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import check_alloc
 from kiln.ir.types import OptionalType, SeqType, SizeVar, TensorType, TupleType, Type
 
 
@@ -134,21 +135,58 @@ class Interpreter:
         if isinstance(e, Call):
             args = [get(a) for a in e.args]
             if isinstance(e.op, Op):
-                return run_op(e.op, e.attrs, args, e.name)
+                return run_op(e.op, e.attrs, args, e.name, e.type)
             return get(e.op)(*args)
         raise EvaluationError(f"cannot evaluate {type(e).__name__}")
 
 
-def run_op(op: Any, attrs: Any, args: list[Any], node: str = "") -> Any:
-    """Run one operator's reference; an omitted optional input (`()`) is passed as None."""
+def run_op(op: Any, attrs: Any, args: list[Any], node: str = "", out_type: Type | None = None) -> Any:
+    """Run one operator's reference; an omitted optional input (`()`) is passed as None. Its outputs
+    are checked against the memory bound first (kiln.ir.sizes): from `out_type` when that is static,
+    else from the type relation on the actual arguments."""
     vals = [None if (isinstance(a, tuple) and not a) else a for a in args]
+    where = f" (node '{node}')" if node else ""
+    _check_outputs(out_type if _is_static(out_type) else _type_of_values(op, attrs, vals), f"{op.name}{where}")
     try:
         return op.reference(attrs, *vals)
     except KilnError:
         raise
+    except MemoryError as exc:  # a size no relation knew ahead (a bound the check above cannot see)
+        raise MemoryLimitError(f"{op.name}{where}: {exc}") from None
     except Exception as exc:  # an op failing on its inputs is the user's data or a Kiln bug: name it
-        where = f" (node '{node}')" if node else ""
         raise EvaluationError(f"{op.name}{where} failed: {type(exc).__name__}: {exc}") from exc
+
+
+SMALL_VALUE = 64  # argument values up to this many elements reach the type relation (shapes, scalars)
+
+
+def _is_static(t: Type | None) -> bool:
+    if isinstance(t, TupleType):
+        return all(_is_static(f) for f in t.fields)
+    return isinstance(t, TensorType) and t.is_static
+
+
+def _type_of_values(op: Any, attrs: Any, vals: list[Any]) -> Type | None:
+    """The op's output type on these tensors (their shapes, and the values of small ones); None when
+    an argument is no tensor or the relation cannot tell (the reference then decides)."""
+    if not all(v is None or isinstance(v, np.ndarray) for v in vals):
+        return None
+    _, hi = op.num_inputs
+    pad = [None] * ((hi if hi is not None else len(vals)) - len(vals))
+    small = [v if v is not None and v.size <= SMALL_VALUE else None for v in vals] + pad
+    try:
+        types = [None if v is None else TensorType(v.shape, _dt.from_numpy(v.dtype)) for v in vals] + pad
+        return op.type_rel(attrs, types, small)
+    except Exception:  # an invalid argument is the reference's to report, with its node
+        return None
+
+
+def _check_outputs(t: Type | None, what: str) -> None:
+    if isinstance(t, TupleType):
+        for f in t.fields:
+            _check_outputs(f, what)
+    elif isinstance(t, TensorType) and t.is_static:
+        check_alloc(what, t.shape, t.dtype)
 
 
 def _truth(v: Any) -> bool:

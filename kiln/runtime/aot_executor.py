@@ -20,6 +20,7 @@ from kiln.errors import InputError
 from kiln.ir.aligned import aligned, aligned_empty
 from kiln.ir.dtype import to_numpy
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import check_alloc, check_bytes
 from kiln.ir.types import TensorType
 from kiln.op.interpreter import check_input
 
@@ -49,6 +50,9 @@ class AotExecutor:
         self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
         self._params = [(p.name, p.type) for p in mod.main.params]
         self._outputs = outputs
+        for i, (shape, dtype) in enumerate(outputs):  # allocated on every run: checked once, here
+            check_alloc(f"output {i} of the model", shape, dtype)
+        check_bytes("the arena of intermediate tensors", arena_bytes)
         self._weights = [aligned(w) for w in weights]
         self._weight_ptrs = (ctypes.c_void_p * max(len(weights), 1))(*[w.ctypes.data for w in self._weights])
         self._arena = aligned_empty(arena_bytes, np.uint8)

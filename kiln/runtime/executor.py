@@ -23,10 +23,11 @@ from kiln.codegen import runtime_lib
 from kiln.codegen.kernel_binding import Binding, empty_outputs, output_buffers, scalar_params
 from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
-from kiln.errors import KernelError
+from kiln.errors import KernelError, MemoryLimitError
 from kiln.ir.aligned import aligned
 from kiln.ir.expr import Call, Expr, Function, Op, Var
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import check_alloc
 from kiln.ir.visitor import post_order
 from kiln.op.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.shape_eval import output_shapes
@@ -46,6 +47,9 @@ class BoundKernel:
     scalar_params: list[Any] = field(init=False, repr=False)  # its size parameters, in calling order
 
     def __post_init__(self) -> None:
+        for c in self.kernel.constants:  # a folded splat (a broadcast view) is copied whole by `aligned`
+            if not c.flags.c_contiguous:
+                check_alloc(f"a constant of {self.kernel.func.name}", c.shape, c.dtype)
         self.constants = [aligned(c) for c in self.kernel.constants]
         self.outputs = output_buffers(self.kernel)
         self.scalar_params = scalar_params(self.kernel)
@@ -58,7 +62,7 @@ class BoundKernel:
         shapes = output_shapes(self.group, ins[:self.kernel.num_params]) \
             if any(src == "out" for src, _, _ in self.bindings) else []
         scalars = [int((ins[i].shape if src == "in" else shapes[i])[ax]) for src, i, ax in self.bindings]
-        outs = empty_outputs(self.outputs, dict(zip(self.scalar_params, scalars)))
+        outs = empty_outputs(self.outputs, dict(zip(self.scalar_params, scalars)), self.kernel.func.name)
         self.fn(*ins, *outs, *scalars)
         return outs
 
@@ -123,8 +127,8 @@ class _KernelInterpreter(Interpreter):
             t0 = time.perf_counter()
             try:
                 outs = k(args)
-            except KernelError as err:
-                raise KernelError(f"{err} ({describe_group(e.op)})") from None
+            except (KernelError, MemoryLimitError) as err:
+                raise type(err)(f"{err} ({describe_group(e.op)})") from None
             if self.profile is not None:
                 key = k.kernel.func.name
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0

@@ -22,6 +22,7 @@ import numpy as np
 from kiln.ir import dtype as dt
 from kiln.ir.expr import Call, Constant, Expr, Function
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import fits
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import rewrite
 from kiln.op.nn import ConvAttrs, Window, convt_axis
@@ -33,11 +34,16 @@ def phase_weight(w: np.ndarray, s: int) -> tuple[np.ndarray, int]:
     """(W' [s*s*M, C, T, T], T) for a ConvTranspose weight w [C, M, K, K'] of stride s: phase (ry, rx)
     output channel m convolves with w[c, m, ry + (T-1-jy)*s, rx + (T-1-jx)*s] (zero past K)."""
     c, m, kh, kw = w.shape
-    t = max(-(-kh // s), -(-kw // s))
+    t = phase_taps(w, s)
     padded = np.zeros((c, m, t * s, t * s), w.dtype)
     padded[:, :, :kh, :kw] = w
     taps = padded.reshape(c, m, t, s, t, s)[:, :, ::-1, :, ::-1, :]  # [c, m, T-1-jy, ry, T-1-jx, rx]
     return np.ascontiguousarray(taps.transpose(3, 5, 1, 0, 2, 4).reshape(s * s * m, c, t, t)), t
+
+
+def phase_taps(w: np.ndarray, s: int) -> int:
+    """T: taps per phase of a ConvTranspose weight [C, M, K, K'] of stride s."""
+    return max(-(-w.shape[2] // s), -(-w.shape[3] // s))
 
 
 def as_conv(call: Call) -> Expr | None:
@@ -56,6 +62,9 @@ def as_conv(call: Call) -> Expr | None:
     win = Window.of(a, w.data.shape[2:])
     s = win.strides[0]
     if any(d != 1 for d in win.dilations) or win.strides[1] != s:
+        return None
+    t = phase_taps(w.data, s)
+    if not fits((*w.data.shape[:2], t * s, t * s), w.data.dtype):  # a stride far past the kernel: left as it is
         return None
     wp, t = phase_weight(w.data, s)
     begins = []

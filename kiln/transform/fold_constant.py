@@ -4,18 +4,22 @@ Every call whose inputs are all constants is replaced by its value (computed wit
 reference); constants propagate through lets, tuples and `if`s with a constant condition; and
 shape queries of statically shaped tensors fold to constants, so Shape -> Gather -> Concat ->
 Reshape chains become static reshapes. Random operators and calls that take functions (loops)
-are never folded.
+are never folded. Folding is an optimization: a call whose value would not fit the memory bound
+(kiln.ir.sizes) stays a call, and whether it can run is decided where it runs, which says so.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from kiln.errors import MemoryLimitError, ShapeError
 from kiln.ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem, is_absent
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import fits
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import rewrite
 from kiln.op.interpreter import run_op
@@ -52,7 +56,10 @@ def _fold_constant_of_shape(call: Call) -> Expr | None:
         return None
     value = call.attrs.value
     fill = np.zeros((), np.float32) if value is None else value.reshape(-1)[:1].reshape(())
-    return Constant(np.broadcast_to(fill, tuple(int(d) for d in call.args[0].data.reshape(-1))))
+    shape = tuple(int(d) for d in call.args[0].data.reshape(-1))
+    if not fits(shape, fill.dtype):  # the view costs nothing, but a kernel or weight that reads it holds all of it
+        return None
+    return Constant(np.broadcast_to(fill, shape))
 
 
 # op name -> rule tried before generic evaluation; returns the folded expression or None
@@ -95,10 +102,13 @@ def _fold_node(new: Expr, max_elements: int) -> Expr:
         if folded is not None or not _foldable(new):
             return folded or new
         out_t = new.type
-        if isinstance(out_t, TensorType) and out_t.is_static and np.prod(out_t.shape) > max_elements:
+        if isinstance(out_t, TensorType) and out_t.is_static and math.prod(out_t.shape) > max_elements:
             return new
-        with np.errstate(all="ignore"):
-            value = run_op(new.op, new.attrs, [() if is_absent(a) else a.data for a in new.args], new.name)
+        try:
+            with np.errstate(all="ignore"):
+                value = run_op(new.op, new.attrs, [() if is_absent(a) else a.data for a in new.args], new.name, out_t)
+        except (MemoryLimitError, ShapeError):
+            return new
         return _as_expr(value) or new
     if isinstance(new, TupleGetItem) and isinstance(new.tuple_value, Tuple):
         return new.tuple_value.fields[new.index]

@@ -16,6 +16,7 @@ import numpy as np
 from kiln.ir import dtype as dt
 from kiln.ir.expr import Call, Constant, Expr, Function, TupleGetItem, is_absent
 from kiln.ir.module import IRModule
+from kiln.ir.sizes import fits
 from kiln.ir.types import ANY, TensorType
 from kiln.op.reduce import reduced_axes
 from kiln.op.registry import get_op
@@ -270,7 +271,7 @@ def _where_mask(keep: np.ndarray, fill: float, scores: TensorType, dtype: str) -
         return None
     if keep.shape[-1] != shape[-1] or not all(d == 1 or d == s for d, s in zip(keep.shape[::-1], shape[::-1])):
         return None
-    if keep.ndim >= 2 and shape[-1] == shape[-2]:
+    if keep.ndim >= 2 and shape[-1] == shape[-2] and fits(shape[-2:], np.bool_):  # a [1, S] mask: tril is S x S
         kept = np.broadcast_to(keep, keep.shape[:-2] + tuple(shape[-2:]))
         tril = np.tril(np.ones(shape[-2:], bool))
         if all(np.array_equal(kept[i], tril) for i in np.ndindex(kept.shape[:-2])):

@@ -31,6 +31,7 @@ import numpy as np
 
 from kiln.codegen.c_types import CodegenError
 from kiln.codegen.shape_value import shape_value
+from kiln.ir.sizes import check_alloc
 from kiln.tir import expr as E
 from kiln.tir.functor import walk
 from kiln.tir.stmt import Buffer, Evaluate, PrimFunc
@@ -139,7 +140,10 @@ def call(fn, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             if isinstance(d, E.Var):
                 bound.setdefault(d, n)
     bound.update(capacities(fn.info.func, bound))
-    outs = [np.empty([shape_value(d, bound) for d in b.shape], to_numpy(b.dtype)) for b in bufs[len(inputs):]]
+    shapes = [[shape_value(d, bound) for d in b.shape] for b in bufs[len(inputs):]]
+    for i, (shape, b) in enumerate(zip(shapes, bufs[len(inputs):])):  # capacities grow with the inputs
+        check_alloc(f"output {i} of {fn.info.func.name}", shape, b.dtype)
+    outs = [np.empty(shape, to_numpy(b.dtype)) for shape, b in zip(shapes, bufs[len(inputs):])]
     sizes = fn(*inputs, *outs, *(bound[p] for p in params if isinstance(p, E.Var)))
     return [trim(o, [shape_value(d, sizes) for d in b.shape]) for o, b in zip(outs, bufs[len(inputs):])]
 
