@@ -30,12 +30,31 @@ TIME_CAP = 60.0
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def worker_main(memory_cap: int) -> None:
+def plant(kind: str) -> None:
+    """Replace the case's run by a planted failure, so the tests can show that each kind is caught."""
+    import signal
+
+    from tests.fuzz import case
+
+    def planted(path: str, executor: str, result: Result) -> None:
+        if kind == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if kind == "hang":
+            time.sleep(3600)
+        raise ZeroDivisionError("planted")
+
+    case.execute = planted
+
+
+def worker_main(memory_cap: int, planted: str = "") -> None:
     """Read cases (JSON lines) from stdin; print `start N` then the result's JSON for each."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (memory_cap, memory_cap))
     from tests.fuzz.case import run_case
+
+    if planted:
+        plant(planted)
 
     for line in sys.stdin:
         case = Case(**json.loads(line))
@@ -49,10 +68,10 @@ def worker_main(memory_cap: int) -> None:
 class Worker:
     """One worker subprocess and a thread that queues its stdout lines."""
 
-    def __init__(self, memory_cap: int):
+    def __init__(self, memory_cap: int, planted: str = ""):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.runner", "--worker",
-                                      "--memory", str(memory_cap)], cwd=ROOT, env=env, text=True,
+                                      "--memory", str(memory_cap), "--plant", planted], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -86,12 +105,14 @@ class Worker:
         return self.proc.wait()
 
 
-def run_cases(cases: Iterable[Case], time_cap: float = TIME_CAP, memory_cap: int = MEMORY_CAP) -> list[Result]:
-    """Every case's result, in order; one worker at a time, replaced after a crash or a hang."""
+def run_cases(cases: Iterable[Case], time_cap: float = TIME_CAP, memory_cap: int = MEMORY_CAP,
+              planted: str = "") -> list[Result]:
+    """Every case's result, in order; one worker at a time, replaced after a crash or a hang.
+    `planted` ("traceback", "crash", "hang") makes every case fail that way (the harness's own tests)."""
     results: list[Result] = []
     worker: Worker | None = None
     for case in cases:
-        worker = worker or Worker(memory_cap)
+        worker = worker or Worker(memory_cap, planted)
         worker.send(case)
         got = worker.result(time_cap)
         if isinstance(got, dict):
@@ -151,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-cap", type=float, default=TIME_CAP)
     p.add_argument("--memory", type=int, default=MEMORY_CAP)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--plant", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker_main(args.memory)
+        worker_main(args.memory, args.plant)
         return 0
     start = time.perf_counter()
     results = run_cases((Case(i, args.seed) for i in range(args.start, args.start + args.n)), args.time_cap,
