@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -18,7 +19,8 @@ SIZE_REASON = "needs the size checks of issue 33 deliverable 1 (MemoryLimitError
 
 
 def _stored() -> list[tuple[str, dict]]:
-    return [(path[: -len(".json")], json.load(open(path))) for path in sorted(glob.glob(f"{REGRESSIONS}/*.json"))]
+    return [(path[: -len(".json")], json.loads(pathlib.Path(path).read_text()))
+            for path in sorted(glob.glob(f"{REGRESSIONS}/*.json"))]
 
 
 def _known_size_cases() -> set[tuple[str, str, int]]:
