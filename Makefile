@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 JOBS ?= 2
 
-.PHONY: demo test test-slow conformance conformance-compiled bench bench-gemm limits lint clean check-tools
+.PHONY: demo test test-slow fuzz conformance conformance-compiled bench bench-gemm limits lint clean check-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -22,6 +22,13 @@ demo: check-tools $(STAMP)
 
 test: check-tools $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS) -p no:cacheprovider
+
+# N mutated models through the importer, the interpreter and the compiled path, each guarded by memory and time
+# caps: prints the split of outcomes and writes fuzz_report.json (FUZZ_SEED picks another set of cases)
+N ?= 3000
+FUZZ_SEED ?= 0
+fuzz: check-tools $(STAMP)
+	$(PY) -m tests.fuzz.runner -n $(N) --seed $(FUZZ_SEED) --json fuzz_report.json
 
 # long suites: slow models and sweeps
 test-slow: $(STAMP)

@@ -137,6 +137,8 @@ def type_from_proto(tp: onnx.TypeProto, where: str) -> Type:
         dims: list[int | SizeVar] = []
         for d in tt.shape.dim:
             if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise ModelLoadError(f"{where}: dim {len(dims)} is {d.dim_value}; a dim is >= 0")
                 dims.append(d.dim_value)
             elif d.HasField("dim_param") and d.dim_param:
                 dims.append(SizeVar(d.dim_param))
@@ -180,7 +182,11 @@ def attr_value(a: onnx.AttributeProto) -> Any:
 
 
 def tensor_value(t: onnx.TensorProto) -> np.ndarray:
-    arr = numpy_helper.to_array(t)
+    try:
+        arr = numpy_helper.to_array(t)
+    except (ValueError, KeyError, TypeError) as e:  # dims that disagree with the data, an unknown data_type
+        raise ModelLoadError(f"tensor '{t.name}' (dims {list(t.dims)}, data_type {t.data_type}) cannot be read: "
+                             f"{type(e).__name__}: {e}") from None
     if arr.dtype.kind in "US":
         arr = arr.astype(object)
     if t.data_type == onnx.TensorProto.STRING:
