@@ -15,7 +15,6 @@ from tests.fuzz.runner import failures, run_cases, summary
 
 SAMPLE = 300
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
-SIZE_REASON = "needs the size checks of issue 33 deliverable 1 (MemoryLimitError before allocating)"
 
 
 def _stored() -> list[tuple[str, dict]]:
@@ -23,20 +22,9 @@ def _stored() -> list[tuple[str, dict]]:
             for path in sorted(glob.glob(f"{REGRESSIONS}/*.json"))]
 
 
-def _known_size_cases() -> set[tuple[str, str, int]]:
-    """(model, mutation, index) of stored size failures: the sample leaves them to the regression test."""
-    known = set()
-    for stem, note in _stored():
-        model, mutation, _, index = os.path.basename(stem).rsplit("-", 3)
-        if note.get("size"):
-            known.add((model, mutation, int(index)))
-    return known
-
-
 def test_sample_has_no_traceback_crash_or_hang():
     results = run_cases(Case(i, seed=0) for i in range(SAMPLE))
-    known = _known_size_cases()
-    bad = [r for r in failures(results) if not r.size and (r.model, r.mutation, r.index) not in known]
+    bad = failures(results)
     assert not bad, f"{summary(results)}\n" + "\n".join(
         f"case {r.index} {r.model}/{r.mutation}/{r.executor}: {r.outcome}: {r.error} at {r.where}" for r in bad)
 
@@ -51,8 +39,6 @@ def replayed() -> dict[str, object]:
 @pytest.mark.parametrize("stem,note", _stored(), ids=lambda v: os.path.basename(v) if isinstance(v, str) else "")
 def test_regression_replays_to_its_expected_outcome(replayed, stem, note):
     result = replayed[stem]
-    if note.get("size") and result.outcome != note["expected"]:
-        pytest.xfail(SIZE_REASON)
     assert result.outcome == note["expected"], f"{result.outcome}: {result.error} at {result.where}"
     assert result.agree is not False
 
