@@ -235,3 +235,16 @@ def test_cli_refuses_a_huge_constant_of_shape(tmp_path, capsys, executor):
 def test_onnx_checker_accepts_the_hostile_models():
     for make, _, _ in HOSTILE.values():
         onnx.checker.check_model(onnx.load_from_string(make()))
+
+
+def test_an_allocation_the_process_may_not_take_is_a_memory_limit_error(monkeypatch):
+    """The size checks passed, the allocation did not (a ulimit below the machine's memory): still a Kiln error
+    naming the bytes, not numpy's MemoryError (the fuzzer's case 5037: a 4.77 GiB arena under a 4 GiB cap)."""
+    from kiln.ir import aligned
+
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate")
+
+    monkeypatch.setattr(aligned.np, "empty", refuse)
+    with pytest.raises(MemoryLimitError, match=r"could not allocate 5120000000 bytes \(shape \[5120000000\] uint8\)"):
+        aligned.aligned_empty(5_120_000_000, "uint8")

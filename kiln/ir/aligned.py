@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.errors import MemoryLimitError
+
 ALIGN = 64
 
 
 def aligned_empty(shape: tuple[int, ...] | int, dtype: np.dtype | str, align: int = ALIGN) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary."""
+    """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary. A size the machine
+    has but this process may not take (a ulimit, a container's cap) is a MemoryLimitError, like one the
+    size checks (kiln.ir.sizes) refuse ahead."""
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    buf = np.empty(nbytes + align, np.uint8)
+    try:
+        buf = np.empty(nbytes + align, np.uint8)
+    except MemoryError:
+        raise MemoryLimitError(f"could not allocate {nbytes} bytes (shape {list(shape)} {dtype}): this process "
+                               "is out of memory (its limit may be below what the machine has)") from None
     start = -buf.ctypes.data % align
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
