@@ -58,6 +58,24 @@ def transform_weight(w: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(u.T.astype(w.dtype)).reshape(alpha * alpha * k, c, 1, 1)
 
 
+# A weight whose largest magnitude is more than this many times its typical (median nonzero) magnitude runs as a
+# direct conv. Winograd sums the transformed weights over a tile, so an outlier's rounding error (eps times its
+# magnitude) lands on every output of the tile, also where the direct conv multiplies it by zero padding: a 3x3
+# weight of 1e12-1e18 among ones of 0.1 (the fuzzer's byte flips) turned a CNN's softmax one-hot where the
+# interpreter and ONNX Runtime agree. Trained and random weights are within a few hundred of their median.
+WINOGRAD_MAX_SPREAD = 1e4
+
+
+def winograd_safe(w: np.ndarray) -> bool:
+    """Whether Winograd's rounding stays at a direct conv's scale for this weight: finite values whose largest
+    magnitude is within WINOGRAD_MAX_SPREAD of the median nonzero one."""
+    a = np.abs(np.asarray(w, np.float64))
+    if not np.isfinite(a).all():
+        return False
+    nonzero = a[a > 0]
+    return nonzero.size == 0 or float(nonzero.max()) <= WINOGRAD_MAX_SPREAD * float(np.median(nonzero))
+
+
 @dataclass(frozen=True)
 class WinogradInputAttrs:
     """`tile` is m; `pads` (top, left, bottom, right) are the conv's; `out` its (OH, OW)."""

@@ -13,7 +13,14 @@ from kiln.ir.expr import Call, Constant, Expr, Function
 from kiln.ir.module import IRModule
 from kiln.op import get_op
 from kiln.op.layout import Conv2dNCHWcAttrs
-from kiln.op.winograd import WinogradInputAttrs, WinogradOutputAttrs, transform_weight, winograd_input, winograd_output
+from kiln.op.winograd import (
+    WinogradInputAttrs,
+    WinogradOutputAttrs,
+    transform_weight,
+    winograd_input,
+    winograd_output,
+    winograd_safe,
+)
 from kiln.target import Target
 from kiln.transform.infra import PassContext, function_pass
 from kiln.transform.layout_rules import transform
@@ -191,7 +198,7 @@ def winograd_tile(conv: Conv2d, call: Call, ic: int, oc: int, mode: str | bool, 
 
 def _winograd_conv(eng: Relayout, conv: Conv2d, call: Call, m: int, ic: int, oc: int) -> InLayout | None:
     w = eng.plain(conv.w)
-    if not isinstance(w, Constant):
+    if not isinstance(w, Constant) or not winograd_safe(w.data):
         return None
     x = eng.get(conv.x, "NCHW", f"NCHW{ic}c")
     if x is None:

@@ -91,3 +91,31 @@ def test_rewrite_keeps_meaning(m: int, c: int, k: int, hw: tuple[int, int], pads
     feeds = {"x": rng.standard_normal((1, c, *hw)).astype(np.float32)}
     (want,), (got,) = kiln.evaluate(mod, feeds), kiln.evaluate(out, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def _with_weight(mod: IRModule, w: np.ndarray) -> IRModule:
+    conv = _calls(mod, "nn.conv")[0]
+    new = get_op("nn.conv")(conv.args[0], Constant(w), conv.args[2], attrs=conv.attrs)
+    return IRModule({"main": Function(mod.main.params, get_op("nn.relu")(new))})
+
+
+@pytest.mark.parametrize("outlier", [1e12, np.inf, np.nan])
+def test_a_weight_with_an_extreme_outlier_stays_a_direct_conv(outlier: float):
+    """An outlier's rounding in Winograd's tile sums lands where the direct conv reads zero padding (the fuzzer's
+    byte-flipped weights turned a softmax one-hot): such weights keep the direct conv."""
+    mod = _conv_module(64, 64, (56, 56), pads=(1, 1, 1, 1))
+    w = rng.standard_normal((64, 64, 3, 3)).astype(F32)
+    assert _tile(run_pass(alter_op_layout, _with_weight(mod, w))) == 4
+    w[3, 5, 1, 2] = outlier
+    assert _tile(run_pass(alter_op_layout, _with_weight(mod, w))) is None
+
+
+def test_winograd_safe_looks_at_the_typical_nonzero_magnitude():
+    from kiln.op.winograd import WINOGRAD_MAX_SPREAD, winograd_safe
+
+    w = rng.standard_normal((32, 32, 3, 3))
+    assert winograd_safe(w) and winograd_safe(np.zeros((4, 4, 3, 3)))
+    pruned = np.where(rng.random(w.shape) < 0.9, 0.0, w)  # 90% zeros: the median of the nonzero ones counts
+    assert winograd_safe(pruned)
+    w[0, 0, 0, 0] = 2 * WINOGRAD_MAX_SPREAD * np.median(np.abs(w))
+    assert not winograd_safe(w)
