@@ -261,8 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
                    help="graph optimization level (default 2)")
     c.add_argument("--dim", action="append", metavar="NAME=VALUE", help="fix a symbolic dim to a size")
-    c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
-                   help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
+    c.add_argument("--executor", choices=("auto", "aot", "graph", "dataflow"), default="auto",
+                   help="AOT (static shapes), dataflow (AOT kernels, independent branches at once on parts of "
+                        "the cores) or kernel by kernel; default: AOT where it applies, dataflow where the "
+                        "cost model predicts it wins")
     c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
     c.add_argument("--target", metavar="STRING", default=None,
                    help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '

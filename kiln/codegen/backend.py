@@ -44,6 +44,11 @@ class Backend(ABC):
         """The kernels of `funcs` and one entry that runs `calls` in order, then `copies`."""
 
     @abstractmethod
+    def render_dataflow(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall],
+                        copies: Sequence[Copy]) -> CSource:
+        """`render_aot`'s module plus entries that run any call by its index (kiln.runtime.dataflow_executor)."""
+
+    @abstractmethod
     def compile(self, code: str, *, cache: CompileCache | None = None, **options: Any) -> Path:
         """The library built from `code` (the cached one when it was built before)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kiln.codegen.aot_source import Copy, KernelCall, generate_aot
+from kiln.codegen.aot_source import Copy, KernelCall, generate_aot, generate_dataflow
 from kiln.codegen.backend import Backend
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
@@ -32,6 +32,10 @@ class CBackend(Backend):
 
     def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
         return generate_aot(funcs, calls, copies, self.rules, self.runtime_header)
+
+    def render_dataflow(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall],
+                        copies: Sequence[Copy]) -> CSource:
+        return generate_dataflow(funcs, calls, copies, self.rules, self.runtime_header)
 
     def compile(self, code: str, *, cache: CompileCache | None = None, cc: str = "gcc",
                 flags: tuple[str, ...] = FLAGS) -> Path:

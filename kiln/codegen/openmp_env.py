@@ -59,3 +59,15 @@ def set_num_threads(library) -> Any:
         name = ctypes.util.find_library("gomp")
         fn = getattr(load_library(name), "omp_set_num_threads", None) if name else None
     return fn
+
+
+def get_max_threads(library) -> Any:
+    """omp_get_max_threads of the same OpenMP runtime as set_num_threads(library), to restore a
+    calling thread's setting after borrowing it; None without kernels or OpenMP."""
+    if library is None:
+        return None
+    fn = getattr(library.lib, "omp_get_max_threads", None)
+    if fn is None:
+        name = ctypes.util.find_library("gomp")
+        fn = getattr(load_library(name), "omp_get_max_threads", None) if name else None
+    return fn
