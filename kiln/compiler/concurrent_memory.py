@@ -76,7 +76,7 @@ def check_concurrent_plan(steps: Sequence[Step], plan: MemoryPlan) -> list[str]:
     uses = _Uses(steps, plan.sizes, step_graph(steps))
     spans = sorted((o, o + plan.sizes[t], str(t), t) for t, o in plan.offsets.items())
     bad = []
-    for k, (o, e, _, a) in enumerate(spans):
+    for k, (_, e, _, a) in enumerate(spans):
         for o2, e2, _, b in spans[k + 1:]:
             if o2 >= e:
                 break

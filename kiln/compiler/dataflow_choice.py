@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from kiln.compiler.step_graph import StepGraph, chains, task_deps
 
 FLOP_RATE = 40e9  # flop/s one core sustains on the compiled kernels (fp32 FMA vectors, batch 1)
-BYTE_RATE = 10e9  # bytes/s one core streams through a kernel
-INTRA_EFFICIENCY = 0.9  # each extra core of a parallel loop adds this much of one core's speed
-FORK_JOIN_S = 3e-6  # per kernel on more than one core: waking the team and the closing barrier
-DISPATCH_S = 25e-6  # per task of the dataflow executor: the ready queue, a ctypes call, a wake-up
-RUN_S = 50e-6  # per dataflow run: handing the run to the workers and collecting it
+BYTE_RATE = 20e9  # bytes/s one core streams through a kernel (batch 1: mostly cache-resident)
+INTRA_EFFICIENCY = 0.8  # each extra core of a parallel loop adds this much of one core's speed
+FORK_JOIN_S = 4e-6  # per kernel on more than one core: waking the team and the closing barrier
+DISPATCH_S = 15e-6  # per task of the dataflow executor: the ready queue, a ctypes call, a wake-up
+RUN_S = 40e-6  # per dataflow run: handing the run to the workers and collecting it
 MARGIN = 1.25  # dataflow must be predicted this much faster
 MAX_WORKERS = 8
 

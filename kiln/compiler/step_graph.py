@@ -31,7 +31,8 @@ class StepGraph:
 
 
 def step_graph(steps: Sequence[Step]) -> StepGraph:
-    """The DAG of `steps`, given in a valid topological order (a producer before its readers)."""
+    """The DAG of `steps`, given in a valid topological order (a producer before its readers; a tensor
+    no earlier step writes is external: an input or a weight)."""
     producer: dict[Hashable, int] = {}
     preds: list[tuple[int, ...]] = []
     for i, s in enumerate(steps):
@@ -43,8 +44,6 @@ def step_graph(steps: Sequence[Step]) -> StepGraph:
     for i, ps in enumerate(preds):
         mask = 0
         for p in ps:
-            if p >= i:
-                raise ValueError(f"step {steps[i].name!r} reads a tensor step {steps[p].name!r} writes later")
             succs[p].append(i)
             mask |= ancestors[p] | 1 << p
         ancestors.append(mask)

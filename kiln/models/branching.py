@@ -76,7 +76,7 @@ def multi_head(seed: int = 0, batch: int | str = 1, features: int = 256, hidden:
                    [_scores(o, batch, classes) for o in outs])
 
 
-def ensemble(seed: int = 0, batch: int | str = 1, size: int = 16, width: int = 16, depth: int = 4,
+def ensemble(seed: int = 0, batch: int | str = 1, size: int = 8, width: int = 16, depth: int = 6,
              classes: int = 10) -> onnx.ModelProto:
     """Two CNNs of the same shape (different weights) on one image, their scores averaged: two
     balanced branches from the input to the last node."""
