@@ -48,5 +48,6 @@ def plan_dataflow(steps: Sequence[Step], groups: Sequence[Function], nbytes: Cal
         return None
     memory = plan_concurrent_memory(ordered, sequential.sizes, limit)
     workers = max(choice.workers, min(2, cores)) if mode == "always" else choice.workers
-    schedule = DataflowSchedule(choice.tasks, choice.deps, choice.priority, workers, max(cores // workers, 1))
+    schedule = DataflowSchedule(choice.tasks, choice.deps, choice.priority, workers, max(cores // workers, 1),
+                                str(choice))
     return DataflowPlan(choice, schedule, dataclasses.replace(memory, order=sequential.order))

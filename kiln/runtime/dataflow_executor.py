@@ -38,6 +38,7 @@ class DataflowSchedule:
     priority: tuple[float, ...]
     workers: int
     cores_per_worker: int
+    note: str = ""  # the cost model's prediction, for reports
 
 
 class _Run:
