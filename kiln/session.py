@@ -90,11 +90,13 @@ def default_threads(target: Target) -> int | None:
 def _load_model(directory: str | os.PathLike) -> CompiledModel:
     from kiln.compiler.specialize import compile_specialized
     from kiln.runtime import artifact
+    from kiln.runtime.dataflow_executor import DataflowExecutor
 
     cm, aot, meta = artifact.load(directory, compile_specialized)
     target = artifact.artifact_target(meta, directory)
     if aot is not None:
-        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2), target=target)
+        kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
+        return CompiledModel(cm.mod, kind, aot, meta.get("opt_level", 2), target=target)
     return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target)
 
 

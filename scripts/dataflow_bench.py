@@ -59,11 +59,12 @@ def serve(model: str, batch: int, cores: int, executor: str) -> None:
 
 def bench(model: str, args: argparse.Namespace) -> dict:
     children = {}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for executor in EXECUTORS:
         cmd = [sys.executable, __file__, "--serve", model, "--batch", str(args.batch), "--cores", str(args.cores),
                "--executor", executor]
         children[executor] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                                              env=env)
     hello = {e: json.loads(c.stdout.readline()) for e, c in children.items()}
     same = all(np.array_equal(np.array(a), np.array(b))
                for a, b in zip(hello["aot"]["outputs"], hello["dataflow"]["outputs"]))

@@ -37,6 +37,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.parser import parse
 from kiln.ir.printer import text_with_params
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.dataflow_executor import DataflowExecutor, DataflowSchedule
 from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
 from kiln.runtime.specialize import CompileSpecialized
 from kiln.target import Target
@@ -129,7 +130,8 @@ def _aot_record(aot: AotExecutor, by_id: dict[int, str], weights: dict[str, np.n
     keys = [_weight_key(a, f"aot.weight{j}", by_id, weights) for j, a in enumerate(aot.weights)]
     return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
             "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report()),
-            "calls": list(aot.calls)}
+            "calls": list(aot.calls),
+            **({"dataflow": dataclasses.asdict(aot.schedule)} if isinstance(aot, DataflowExecutor) else {})}
 
 
 def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray], directory: Path,
@@ -139,11 +141,22 @@ def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray]
         outputs = [(tuple(shape), np.dtype(dt)) for shape, dt in rec["outputs"]]
         mem = rec["memory"]
         report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
+        if "dataflow" in rec:
+            return DataflowExecutor(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]),
+                                    library, report, tuple(str(c) for c in rec.get("calls", ())),
+                                    _schedule(rec["dataflow"]))
         return AotExecutor(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
                          report, tuple(str(c) for c in rec.get("calls", ())))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{directory / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
                             ) from None
+
+
+def _schedule(rec: dict[str, Any]) -> DataflowSchedule:
+    return DataflowSchedule(tuple(tuple(int(s) for s in t) for t in rec["tasks"]),
+                            tuple(tuple(int(d) for d in ds) for ds in rec["deps"]),
+                            tuple(float(p) for p in rec["priority"]), int(rec["workers"]),
+                            int(rec["cores_per_worker"]), str(rec.get("note", "")))
 
 
 def _kernel_name(cm: GraphExecutor, fn: Function) -> str | None:

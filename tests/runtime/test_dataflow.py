@@ -169,5 +169,6 @@ def test_cli_compiles_with_the_dataflow_executor(tmp_path):
     onnx.save(models.ensemble(depth=2), path)
     assert main(["compile", str(path), "-o", str(tmp_path / "out"), "--executor", "dataflow"]) == 0
     sess = kiln.load(tmp_path / "out")
+    assert sess.model.executor == "dataflow" and isinstance(sess.model.runner, DataflowExecutor)
     np.testing.assert_array_equal(sess.run(None, _image(sess.model))[0],
                                   kiln.build(models.ensemble(depth=2), executor="aot").run(_image(sess.model))[0])
