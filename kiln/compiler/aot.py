@@ -164,7 +164,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
              if t not in graph.homes and t not in outputs}
     plan = plan_memory(graph.steps, sizes, memory_limit)
-    flow = plan_dataflow(graph.steps, graph.groups, graph.nbytes, plan, target.cores, dataflow, memory_limit)
+    flow = plan_dataflow(graph.steps, graph.groups, graph.nbytes, plan, target, dataflow, memory_limit)
     if flow is not None:
         plan = flow.memory
     check_bytes("the arena of intermediate tensors", plan.arena_bytes)
@@ -181,7 +181,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
              for i in plan.order]
     backend = get_backend(target.kind)
-    source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies)
+    source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies, target)
     path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
     report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),

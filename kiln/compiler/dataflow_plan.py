@@ -21,6 +21,7 @@ from kiln.compiler.step_graph import step_graph
 from kiln.errors import KilnError
 from kiln.ir.expr import Function
 from kiln.runtime.dataflow_executor import DataflowSchedule
+from kiln.target import Target
 
 MODES = ("never", "auto", "always")
 
@@ -33,9 +34,10 @@ class DataflowPlan:
 
 
 def plan_dataflow(steps: Sequence[Step], groups: Sequence[Function], nbytes: Callable[[Hashable], int],
-                  sequential: MemoryPlan, cores: int, mode: str, limit: int | None = None) -> DataflowPlan | None:
+                  sequential: MemoryPlan, target: Target, mode: str, limit: int | None = None) -> DataflowPlan | None:
     """The dataflow plan of the calls `steps` (their fused `groups`, `nbytes` per tensor) when `mode`
-    and, for "auto", the cost model choose it; None: the compiled sequential entry runs the model."""
+    and, for "auto", the cost model choose it for `target`'s cores; None: the compiled sequential entry
+    runs the model."""
     if mode not in MODES:
         raise KilnError(f"dataflow mode {mode!r} is not one of {', '.join(MODES)}")
     if mode == "never":
@@ -43,11 +45,12 @@ def plan_dataflow(steps: Sequence[Step], groups: Sequence[Function], nbytes: Cal
     ordered = [steps[i] for i in sequential.order]
     work = [StepWork(function_flops(groups[i]), sum(nbytes(t) for t in (*steps[i].inputs, *steps[i].outputs)))
             for i in sequential.order]
+    cores = target.cores
     choice = choose(step_graph(ordered), work, cores)
     if mode == "auto" and not choice.use:
         return None
     memory = plan_concurrent_memory(ordered, sequential.sizes, limit)
     workers = max(choice.workers, min(2, cores)) if mode == "always" else choice.workers
     schedule = DataflowSchedule(choice.tasks, choice.deps, choice.priority, workers, max(cores // workers, 1),
-                                str(choice))
+                                str(choice), target.threading)
     return DataflowPlan(choice, schedule, dataclasses.replace(memory, order=sequential.order))

@@ -4,10 +4,16 @@ The compiler (kiln.compiler.aot with kiln.compiler.dataflow_choice) groups the k
 tasks (chains of calls with nothing to wait for in between) and plans an arena in which the
 tensors of calls that can run at once never share bytes (kiln.compiler.concurrent_memory). A run
 puts the tasks whose inputs are ready on a ready queue, highest priority (longest predicted rest of
-the run) first; a small crew of threads takes them, the calling thread being one of them. Each
-thread's kernels parallelize over its own share of the cores (OpenMP's thread count is per calling
-thread). A task is one ctypes call, `kiln_model_steps`, that runs its calls in C; ctypes releases
-the GIL during it, so the only Python between kernels is the ready queue's bookkeeping.
+the run) first; a small crew of threads takes them. A task is one ctypes call, `kiln_model_steps`,
+that runs its calls in C; ctypes releases the GIL during it, so the only Python between kernels is
+the ready queue's bookkeeping.
+
+Each worker's kernels parallelize over its own share of the cores. With OpenMP threading that is
+its thread count (OpenMP keeps it per calling thread), and the calling thread is one of the crew.
+With Kiln threading (target -threading=kiln) it is a partition of the process's pool
+(kiln.runtime.thread_pool) each worker holds for its lifetime; a launch uses the partition its
+thread bound, and a caller inside a session's binding keeps the session's, so there the crew is all
+worker threads and the caller only waits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from kiln.codegen.module import kernel_error_text
 from kiln.ir.module import IRModule
 from kiln.op.interpreter import check_input
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.thread_pool import Partition, running, runtime
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class DataflowSchedule:
     workers: int
     cores_per_worker: int
     note: str = ""  # the cost model's prediction, for reports
+    threading: str = "openmp"  # the kernels' (the target's -threading): how a worker gets its cores
 
 
 class _Run:
@@ -81,10 +89,15 @@ class _Crew:
         self.generation = 0
         self.stopped = False
         self.threads: list[threading.Thread] = []
+        self.pooled = schedule.threading == "kiln"
+        self.partitions: list[Partition] = []
 
     def start(self) -> None:
-        for i in range(1, self.schedule.workers):
-            t = threading.Thread(target=self._serve, name=f"kiln-dataflow-{i}", daemon=True)
+        for i in range(0 if self.pooled else 1, self.schedule.workers):
+            part = runtime().acquire(self.schedule.cores_per_worker) if self.pooled else None
+            if part is not None:
+                self.partitions.append(part)
+            t = threading.Thread(target=self._serve, args=(part,), name=f"kiln-dataflow-{i}", daemon=True)
             t.start()
             self.threads.append(t)
 
@@ -92,18 +105,23 @@ class _Crew:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
+        for part in self.partitions:
+            runtime().release(part)
+        self.partitions = []
 
     def execute(self, args: tuple[Any, ...]) -> tuple[int, int] | None:
         """Run every task over `args` (inputs, outputs, arena, weights); the error of the first
         failing task, after every task in flight has finished."""
         run = _Run(self.schedule, args)
-        before = self.get_threads() if self.get_threads is not None else None
-        self._bind()
+        before = self.get_threads() if self.get_threads is not None and not self.pooled else None
+        if not self.pooled:
+            self._bind()
         try:
             with self.cond:
                 self.run, self.generation = run, self.generation + 1
                 self.cond.notify_all()
-            self._work(run)
+            if not self.pooled:
+                self._work(run)
             with self.cond:
                 while run.in_flight or not run.over:
                     self.cond.wait()
@@ -117,8 +135,15 @@ class _Crew:
         if self.set_threads is not None:
             self.set_threads(ctypes.c_int(self.schedule.cores_per_worker))
 
-    def _serve(self) -> None:
-        self._bind()
+    def _serve(self, part: Partition | None) -> None:
+        if part is None:
+            self._bind()
+            self._loop()
+        else:
+            with running(part):
+                self._loop()
+
+    def _loop(self) -> None:
         seen = 0
         while True:
             with self.cond:

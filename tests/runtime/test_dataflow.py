@@ -45,6 +45,17 @@ def _same_as_sequential(m):
     return flow
 
 
+def test_kiln_threading_workers_hold_partitions_of_the_pool():
+    m = models.ensemble(depth=2)
+    target = "c -cores=2 -threading=kiln"
+    flow, seq = kiln.build(m, target, executor="dataflow"), kiln.build(m, target, executor="aot")
+    assert flow.runner.schedule.threading == "kiln"
+    assert [p.cores for p in flow.runner._crew.partitions] == [1, 1]
+    feeds = _image(seq)
+    for _ in range(3):
+        np.testing.assert_array_equal(flow.run(feeds)[0], seq.run(feeds)[0])
+
+
 @pytest.mark.parametrize("build", [
     lambda: models.inception_net(size=8, blocks=2),
     lambda: models.multi_head(features=64, hidden=32),
