@@ -130,6 +130,8 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
                f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
     kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
+    if kind == "dataflow":
+        report.add("schedule", 0.0, aot.schedule.note, progress)
     return CompiledModel(aot.mod, kind, aot, opt_level, report, tuned, target=ctx.target)
 
 

@@ -159,8 +159,10 @@ def test_runs_from_several_threads():
 
 def test_auto_picks_dataflow_for_a_balanced_two_branch_model_and_sequential_for_a_chain():
     # NOTE: the choice is the cost model's for a 2-core target, whatever this machine has
-    balanced = kiln.build(models.ensemble(), target="c -cores=2")
+    lines = []
+    balanced = kiln.build(models.ensemble(), target="c -cores=2", progress=lines.append)
     assert balanced.executor == "dataflow"
+    assert any(line.startswith("schedule") and "dataflow on 2 workers x 1 cores" in line for line in lines)
     assert balanced.runner.schedule.workers == 2 and balanced.runner.schedule.cores_per_worker == 1
     assert kiln.build(models.mlp(batch=1), target="c -cores=2").executor == "aot"
 
