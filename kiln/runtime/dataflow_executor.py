@@ -60,10 +60,11 @@ class _Run:
         self.remaining = len(schedule.tasks)
         self.in_flight = 0
         self.error: tuple[int, int] | None = None  # (return code, failed step)
+        self.abandoned = False  # the caller was interrupted: hand out no more tasks
 
     @property
     def over(self) -> bool:
-        return self.remaining == 0 or self.error is not None
+        return self.remaining == 0 or self.error is not None or self.abandoned
 
 
 class _Crew:
@@ -123,13 +124,23 @@ class _Crew:
             if not self.pooled:
                 self._work(run)
             with self.cond:
-                while run.in_flight or not run.over:
+                while not run.over:
                     self.cond.wait()
-                self.run = None
         finally:
+            self._settle(run)
             if before is not None:
                 self.set_threads(ctypes.c_int(before))
         return run.error
+
+    def _settle(self, run: _Run) -> None:
+        """Wait for the tasks in flight, so no kernel writes the arena after the run returns, even
+        when the caller is leaving by an exception (KeyboardInterrupt)."""
+        with self.cond:
+            run.abandoned = not run.over
+            self.cond.notify_all()
+            while run.in_flight:
+                self.cond.wait()
+            self.run = None
 
     def _bind(self) -> None:
         if self.set_threads is not None:
