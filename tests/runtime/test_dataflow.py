@@ -185,3 +185,24 @@ def test_cli_compiles_with_the_dataflow_executor(tmp_path):
     assert sess.model.executor == "dataflow" and isinstance(sess.model.runner, DataflowExecutor)
     np.testing.assert_array_equal(sess.run(None, _image(sess.model))[0],
                                   kiln.build(models.ensemble(depth=2), executor="aot").run(_image(sess.model))[0])
+
+
+def test_a_run_left_by_an_exception_waits_for_its_tasks_and_the_next_run_is_right(monkeypatch):
+    compiled = kiln.build(models.ensemble(depth=2), executor="dataflow")
+    feeds = _image(compiled)
+    want = compiled.run(feeds)[0]
+    crew = compiled.runner._crew
+    work = crew._work
+
+    def caller_interrupted(run):
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt
+        work(run)
+
+    monkeypatch.setattr(crew, "_work", caller_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compiled.run(feeds)
+    assert crew.run is None
+    monkeypatch.undo()
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled.run(feeds)[0], want)
