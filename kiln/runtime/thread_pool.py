@@ -65,17 +65,17 @@ class Runtime:
         self.config = config
         self._lock = threading.Lock()
         self._use = [0] * config.cores  # partitions holding each core
-        self._applied: RuntimeConfig | None = None
 
     def pool(self) -> ctypes.CDLL:
         """The process's pool library, configured with this runtime's settings."""
+        global _applied
         lib = pool_library.load()
-        if self._applied != self.config:
+        if _applied != self.config:
             with self._lock:
                 c = self.config
                 if lib.kiln_pool_configure(c.cores, c.spin_us, int(c.pin)) != 0:
                     raise KilnError(f"the thread pool refused {c}")
-                self._applied = c
+                _applied = c
         return lib
 
     def configure(self, **changes: int | bool) -> RuntimeConfig:
@@ -108,6 +108,7 @@ class Runtime:
 
 _runtime: Runtime | None = None  # NOTE: process-wide by design: one pool per process
 _runtime_lock = threading.Lock()
+_applied: RuntimeConfig | None = None  # the settings the process's pool holds
 _bound = threading.local()  # per thread: depth of `running` blocks, the thread's run block
 
 
