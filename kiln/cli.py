@@ -251,6 +251,12 @@ def _add_pass_flags(p: argparse.ArgumentParser, note: str = "") -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln: a deep-learning compiler and runtime.")
+    p.add_argument("--cores", type=int, default=None, help="cores of Kiln's thread pool, shared by every model "
+                   "the command runs (default: KILN_CORES, else all)")
+    p.add_argument("--spin-us", type=int, default=None, help="microseconds an idle pool worker spins before it "
+                   "sleeps (default: KILN_SPIN_US, else 25)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None, help="pin pool worker i to "
+                   "core i (default: KILN_PIN, else no)")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compile", help="compile a model into a directory that `kiln run` loads",
@@ -261,8 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--opt-level", type=int, choices=range(4), default=2, metavar="{0,1,2,3}",
                    help="graph optimization level (default 2)")
     c.add_argument("--dim", action="append", metavar="NAME=VALUE", help="fix a symbolic dim to a size")
-    c.add_argument("--executor", choices=("auto", "aot", "graph"), default="auto",
-                   help="AOT (static shapes) or kernel by kernel; default: AOT where it applies")
+    c.add_argument("--executor", choices=("auto", "aot", "graph", "dataflow"), default="auto",
+                   help="AOT (static shapes), dataflow (AOT kernels, independent branches at once on parts of "
+                        "the cores) or kernel by kernel; default: AOT where it applies, dataflow where the "
+                        "cost model predicts it wins")
     c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
     c.add_argument("--target", metavar="STRING", default=None,
                    help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '
@@ -351,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if (args.cores, args.spin_us, args.pin) != (None, None, None):
+            from kiln.runtime.thread_pool import configure_runtime
+
+            configure_runtime(args.cores, args.spin_us, args.pin)
         return args.fn(args)
     except KilnError as e:
         print(f"kiln {args.command}: error: {e}", file=sys.stderr)

@@ -1,17 +1,21 @@
 """`kiln.InferenceSession` and `kiln.load`: onnxruntime's calling convention over a compiled model.
 
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
-`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` caps the OpenMP
-threads of the kernels; it is set on the calling thread before every run, because OpenMP keeps
-the setting per thread. Without `threads`, a model built for fewer cores than this machine has
-(its target's `cores`) runs that many threads: its parallel loops were split for them, and more
-threads would share them unevenly. Otherwise OpenMP's default (every core) applies.
+`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` is how many cores the
+kernels run on. With Kiln threading (target -threading=kiln) the session holds a partition of that
+many cores of the process's pool (kiln.runtime.thread_pool), disjoint from other sessions' where the
+cores allow, and runs on it. With OpenMP threading it caps the OpenMP threads, set on the calling
+thread before every run, because OpenMP keeps the setting per thread. Without `threads`, a model
+built for fewer cores than this machine has (its target's `cores`) runs that many threads: its
+parallel loops were split for them, and more threads would share them unevenly. Otherwise every
+core is used.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import Any
 from kiln.codegen import openmp_env
 from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.errors import InputError, KilnError
+from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.target import Target, host_cores
 
 # onnxruntime's spelling of tensor element types
@@ -54,7 +59,13 @@ class InferenceSession:
         else:
             self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit)
         self.threads = threads or default_threads(self.model.target)
-        self._set_threads = openmp_env.set_num_threads(self.model.library) if self.threads else None
+        self.partition: Partition | None = None
+        self._set_threads = None
+        if self.model.target.threading == "kiln":
+            self.partition = runtime().acquire(self.threads)
+            weakref.finalize(self, runtime().release, self.partition)
+        elif self.threads:
+            self._set_threads = openmp_env.set_num_threads(self.model.library)
         self._output_names = [o.name for o in self.model.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -73,7 +84,8 @@ class InferenceSession:
                                  f"{', '.join(names)}")
         if self._set_threads is not None:
             self._set_threads(ctypes.c_int(self.threads))
-        outs = self.model.run(feeds)
+        with running(self.partition):
+            outs = self.model.run(feeds)
         if output_names is None:
             return list(outs)
         return [outs[names.index(n)] for n in output_names]
@@ -90,11 +102,13 @@ def default_threads(target: Target) -> int | None:
 def _load_model(directory: str | os.PathLike) -> CompiledModel:
     from kiln.compiler.specialize import compile_specialized
     from kiln.runtime import artifact
+    from kiln.runtime.dataflow_executor import DataflowExecutor
 
     cm, aot, meta = artifact.load(directory, compile_specialized)
     target = artifact.artifact_target(meta, directory)
     if aot is not None:
-        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2), target=target)
+        kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
+        return CompiledModel(cm.mod, kind, aot, meta.get("opt_level", 2), target=target)
     return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target)
 
 

@@ -31,6 +31,9 @@ from kiln.tir.stmt import Buffer, PrimFunc
 ENTRY = "kiln_model_run"
 PROFILE_ENTRY = "kiln_model_profile"
 FAILED_CALL = "kiln_model_failed_call"
+STEP_ENTRY = "kiln_model_step"
+STEPS_ENTRY = "kiln_model_steps"
+COPY_ENTRY = "kiln_model_copy_outputs"
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,42 @@ def _arg(p, ptr: Ptr, fname: str, rules: CRules) -> str:
         raise CodegenError(f"{fname}: parameter {p.name!r} is a scalar; the AOT entry passes only "
                            "buffers (static shapes)")
     return f"({rules.storage_ctype[elem_of(p.dtype)]}*){ptr.c()}"
+
+
+def generate_dataflow(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
+                      rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
+    """`generate_aot`'s module with entries for the dataflow executor appended, so any call can run
+    by its index in `calls`, from any thread, without Python between the calls of one chain:
+
+        int32_t kiln_model_step(int32_t step, void** inputs, void** outputs, void* arena, void** weights)
+        int32_t kiln_model_steps(const int32_t* steps, int32_t n, void** inputs, void** outputs,
+                                 void* arena, void** weights)
+        void kiln_model_copy_outputs(void** inputs, void** outputs, void* arena, void** weights)
+
+    kiln_model_steps runs steps[0..n) in order, stops at the first failure and leaves its index in
+    `kiln_model_failed_call()` of the calling thread; kiln_model_copy_outputs makes the entry's
+    closing copies, once every call is done."""
+    base = generate_aot(funcs, calls, copies, rules, header)
+    lines = [f"int32_t {STEP_ENTRY}(int32_t step, void** inputs, void** outputs, void* arena, void** weights) {{",
+             "  char* arena_ = (char*)arena;",
+             "  (void)inputs; (void)outputs; (void)arena_; (void)weights;",
+             "  switch (step) {"]
+    for i, call in enumerate(calls):
+        info = base.functions[call.func]
+        args = ", ".join(_arg(p, a, call.func, rules) for p, a in zip(info.func.params, call.args))
+        lines.append(f"    case {i}: return {info.body_symbol}({args});")
+    lines += ["    default: return KILN_ERR_NUM_ARGS;", "  }", "}",
+              f"int32_t {STEPS_ENTRY}(const int32_t* steps, int32_t n, void** inputs, void** outputs, void* arena, "
+              "void** weights) {",
+              "  for (int32_t k = 0; k < n; ++k) {",
+              f"    int32_t rc = {STEP_ENTRY}(steps[k], inputs, outputs, arena, weights);",
+              "    if (rc != KILN_OK) { kiln_failed_call_ = steps[k]; return rc; }",
+              "  }",
+              "  return KILN_OK;",
+              "}",
+              f"void {COPY_ENTRY}(void** inputs, void** outputs, void* arena, void** weights) {{",
+              "  char* arena_ = (char*)arena;",
+              "  (void)inputs; (void)outputs; (void)arena_; (void)weights;"]
+    lines += [f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});" for c in copies]
+    lines += ["}", ""]
+    return CSource(base.code + "\n".join(lines), base.functions)

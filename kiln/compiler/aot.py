@@ -19,6 +19,7 @@ from kiln.codegen.aot_source import Copy, KernelCall, Ptr
 from kiln.codegen.backends import get_backend
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
+from kiln.compiler.dataflow_plan import plan_dataflow
 from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.lower import lower_groups
@@ -31,6 +32,7 @@ from kiln.ir.sizes import check_alloc, check_bytes, tensor_bytes
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.executor import describe_group
 from kiln.target import Target
 from kiln.tir.stmt import Buffer
@@ -139,8 +141,11 @@ def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any])
 
 def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = None,
               ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
-              flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None) -> AotExecutor:
+              flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None,
+              dataflow: str = "never") -> AotExecutor:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
+    `dataflow`: "auto" lets the cost model (kiln.compiler.dataflow_choice) pick the dataflow executor
+    for models whose branches pay for it, "always" picks it, "never" builds the sequential entry only.
     `tuned`: tuning records' configs to schedule the groups with; `target`: the machine to build for (default:
     `ctx`'s, else the host; `flags` are then mapped to it); its kind picks the code-generation backend.
 
@@ -159,6 +164,9 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
              if t not in graph.homes and t not in outputs}
     plan = plan_memory(graph.steps, sizes, memory_limit)
+    flow = plan_dataflow(graph.steps, graph.groups, graph.nbytes, plan, target, dataflow, memory_limit)
+    if flow is not None:
+        plan = flow.memory
     check_bytes("the arena of intermediate tensors", plan.arena_bytes)
     for t in outputs:  # before gcc runs (the executor checks them again, for a model loaded from disk)
         check_alloc(graph.names[t], graph.types[t].shape, graph.types[t].dtype)
@@ -173,12 +181,15 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
              for i in plan.order]
     backend = get_backend(target.kind)
-    source = backend.render_aot([k.func for k in lowered], calls, copies)
+    source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies, target)
     path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
     report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
                           sum(graph.nbytes(t) for t in outputs))
     out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
     calls = tuple(describe_group(graph.groups[i]) for i in plan.order)
+    if flow is not None:
+        return DataflowExecutor(fused, graph.weights, out_layout, plan.arena_bytes, backend.load("model", source, path),
+                                report, calls, flow.schedule)
     return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, backend.load("model", source, path), report,
                        calls)

@@ -34,7 +34,7 @@ class CompiledModel:
     """A built model: `run(feeds)` on its executor (or the per-shape AOT builds), `export` to a directory."""
 
     mod: IRModule  # optimized and fused
-    executor: str  # "aot" or "graph"
+    executor: str  # "aot", "dataflow" or "graph"
     runner: AotExecutor | GraphExecutor
     opt_level: int
     report: BuildReport = field(default_factory=BuildReport)

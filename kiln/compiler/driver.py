@@ -28,12 +28,14 @@ from kiln.errors import AotError, KilnError
 from kiln.ir import sizes
 from kiln.ir.module import IRModule
 from kiln.runtime import artifact
+from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.target import Target
 from kiln.transform import PassContext, PassTiming
 from kiln.tune.apply import Tuned
 
-EXECUTORS = ("auto", "aot", "graph")
+EXECUTORS = ("auto", "aot", "graph", "dataflow")
+_DATAFLOW_MODE = {"auto": "auto", "aot": "never", "dataflow": "always"}  # build_aot's dataflow= per executor
 
 
 def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *, executor: str = "auto",
@@ -46,7 +48,10 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
 
     executor: "auto" (AOT where it applies, else "graph"; with symbolic input dims, the graph executor
     plus an AOT build per input shapes, made on the first run at those shapes, see
-    kiln.runtime.shape_specialized), "aot" (fail if it does not apply), or "graph" (kernel by kernel).
+    kiln.runtime.shape_specialized; a static model whose parallel branches pay for it runs on the dataflow
+    executor, see kiln.compiler.dataflow_choice), "aot" (compiled sequential; fail if it does not apply),
+    "dataflow" (independent kernels at the same time on parts of the cores, kiln.runtime.dataflow_executor;
+    fail where AOT does not apply), or "graph" (kernel by kernel).
     `progress` receives one line per finished stage. `records`: a tuning records file (`kiln tune`),
     or workload key -> config; each group with a record for this target is scheduled with its
     fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
@@ -78,11 +83,11 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
     tuned = _load_records(records, target, report, progress) if records is not None else None
     static = is_static(model)
-    if executor == "aot" or (executor == "auto" and static):
+    if executor in ("aot", "dataflow") or (executor == "auto" and static):
         try:
-            return _build_aot(model, ctx, report, progress, tuned, memory_limit)
+            return _build_aot(model, ctx, report, progress, tuned, memory_limit, _DATAFLOW_MODE[executor])
         except AotError as e:
-            if executor == "aot":
+            if executor != "auto":
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
@@ -111,12 +116,12 @@ def _tuned_note(tuned: Tuned | None) -> str:
 
 def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
                progress: Callable[[str], None] | None, tuned: Tuned | None = None,
-               memory_limit: int | None = None) -> CompiledModel:
+               memory_limit: int | None = None, dataflow: str = "never") -> CompiledModel:
     timing, cache = PassTiming(), CountingCache()
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
     aot = build_aot(mod, opt_level, memory_limit=memory_limit, ctx=replace(ctx, instruments=[timing]), cache=cache,
-                    tuned=tuned, cc=ctx.target.cc, target=ctx.target)
+                    tuned=tuned, cc=ctx.target.cc, target=ctx.target, dataflow=dataflow)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)
@@ -124,7 +129,10 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     report.add("lower", total - passes - cache.seconds,
                f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
-    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned, target=ctx.target)
+    kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
+    if kind == "dataflow":
+        report.add("schedule", 0.0, aot.schedule.note, progress)
+    return CompiledModel(aot.mod, kind, aot, opt_level, report, tuned, target=ctx.target)
 
 
 def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
@@ -140,8 +148,8 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
     flags = ctx.target.compiler_flags(FLAGS)
-    lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, cc=ctx.target.cc, flags=flags,
-                        cache=cache) if lowered else None
+    lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, target=ctx.target,
+                        cc=ctx.target.cc, flags=flags, cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
     return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)

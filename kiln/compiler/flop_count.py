@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.ir.expr import Expr
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 
@@ -13,19 +14,23 @@ from kiln.ir.types import TensorType
 def flop_count(mod: IRModule) -> int:
     """FLOPs of one run counted from conv, matmul and gemm, also in their blocked and packed forms (2 per
     multiply-add); needs static shapes."""
+    return sum(function_flops(fn) for fn in mod.functions.values())
+
+
+def function_flops(fn: Expr) -> int:
+    """`flop_count` of one function (a model's main, or one fused group)."""
     from kiln.ir.expr import Call, Op
     from kiln.ir.visitor import post_order
 
     total = 0
-    for fn in mod.functions.values():
-        for e in post_order(fn):
-            if not (isinstance(e, Call) and isinstance(e.op, Op)) or e.op.name not in _MACS:
-                continue
-            shapes = [a.type.shape if isinstance(a.type, TensorType) else None for a in e.args[:2]]
-            out = e.type.shape if isinstance(e.type, TensorType) else None
-            if out is None or None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
-                continue
-            total += 2 * int(np.prod(out, dtype=np.int64)) * _MACS[e.op.name](e, *shapes)
+    for e in post_order(fn):
+        if not (isinstance(e, Call) and isinstance(e.op, Op)) or e.op.name not in _MACS:
+            continue
+        shapes = [a.type.shape if isinstance(a.type, TensorType) else None for a in e.args[:2]]
+        out = e.type.shape if isinstance(e.type, TensorType) else None
+        if out is None or None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
+            continue
+        total += 2 * int(np.prod(out, dtype=np.int64)) * _MACS[e.op.name](e, *shapes)
     return total
 
 

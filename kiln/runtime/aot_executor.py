@@ -23,6 +23,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc, check_bytes
 from kiln.ir.types import TensorType
 from kiln.op.interpreter import check_input
+from kiln.runtime.thread_pool import running
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class AotExecutor:
                 v = np.ascontiguousarray(check_input(name, v, t, {}))
             arrays.append(v)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        with self._lock:
+        with self._lock, running():
             ins, out_ptrs = self._in_ptrs, self._out_ptrs
             for i, v in enumerate(arrays):
                 ins[i] = v.ctypes.data
