@@ -191,7 +191,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     library = backend.load("model", source, path)
     if memory_strategy == "counted":
         return CountedExecutor(fused, graph.weights, out_layout, library, report, calls,
-                               _counted_program(graph, plan, outputs))
+                               _counted_program(graph, plan, outputs), library.get_function)
     return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, library, report, calls)
 
 

@@ -12,6 +12,7 @@ machine has) is checked against the order's simulated peak before any kernel run
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,10 +75,12 @@ class CountedExecutor(AotExecutor):
     """An AotExecutor whose runs call the kernels one by one over pool-allocated tensors (see the module
     doc). It allocates no arena; runs do not share buffers, so they need no lock."""
 
-    def __init__(self, mod, weights, outputs, library, report, calls, program: CountedProgram):
+    def __init__(self, mod, weights, outputs, library, report, calls, program: CountedProgram,
+                 function: Callable[[str], Callable[..., Any]]):
+        """`function(name)`: the library's kernel of that name, callable on numpy arrays (a CFunction)."""
         super().__init__(mod, weights, outputs, 0, library, report, calls)
         self.program = program
-        self._fns = {s.kernel: library.get_function(s.kernel) for s in program.steps}
+        self._fns = {s.kernel: function(s.kernel) for s in program.steps}
         self.last_pool: PoolStats | None = None
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
