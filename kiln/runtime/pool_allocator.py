@@ -2,7 +2,8 @@
 their last read, with the live bytes counted.
 
 Freed blocks stay in the pool and a later request takes the smallest free block that holds it, so a
-steady run stops calling the system allocator after its first pass. When keeping free blocks would
+run calls the system allocator only when no freed block fits. One pool serves one run and goes with
+it: between runs a counted model holds no intermediate memory. When keeping free blocks would
 take the pool past its limit, they are returned to the system first. `peak_live` is the most bytes
 tensors held at once (what the order's simulated peak predicts); `peak_held` adds the free blocks.
 """
