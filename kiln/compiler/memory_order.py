@@ -13,8 +13,8 @@ entry per set keeping the lowest peak that reaches it. Three things keep it smal
 - a dominance rule: a ready step that frees at least what it keeps and does not raise the peak so far
   is run at once (moving it earlier in any completion raises no step's live bytes).
 
-A time budget bounds the search; a segment it cannot finish keeps the best heuristic order's
-(program order, greedy by bytes freed, greedy by size). `exact` says whether every segment finished.
+A time budget (and a cap on the sets kept) bounds the search; a segment it cannot finish keeps the best
+heuristic order's (program order, greedy by bytes freed, greedy by size). `exact` says whether every segment finished.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from kiln.compiler.memory_plan import Step
 
 DEFAULT_BUDGET_S = 3.0
-_CHECK_EVERY = 512  # expansions between two reads of the clock
+_CHECK_EVERY = 64  # expansions between two reads of the clock
+MAX_STATES = 400_000  # sets kept for one segment (about 100 MB of Python objects): beyond, as if out of time
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class _Graph:
     """The steps as bitmask-friendly tables: per step its predecessors and what it allocates."""
 
     preds: list[int]  # bitmask of the steps that write what the step reads
+    succs: list[int]  # bitmask of the steps that read what the step writes
     out_bytes: list[int]  # planned bytes it writes (alive during the step)
     kept_bytes: list[int]  # of those, the bytes some later step reads
     reads: list[list[tuple[int, int]]]  # per step: (bytes, readers bitmask) of each planned tensor it reads
@@ -67,7 +69,13 @@ def build_graph(steps: Sequence[Step], sizes: dict[Hashable, int]) -> _Graph:
     out_bytes = [sum(sizes.get(t, 0) for t in set(s.outputs)) for s in steps]
     kept = [sum(sizes[t] for t in set(s.outputs) if t in readers) for s in steps]
     reads = [[(sizes[t], readers[t]) for t in set(s.inputs) if t in sizes] for s in steps]
-    return _Graph(preds, out_bytes, kept, reads)
+    succs = [0] * len(steps)
+    for i, p in enumerate(preds):
+        while p:
+            j = (p & -p).bit_length() - 1
+            succs[j] |= 1 << i
+            p &= p - 1
+    return _Graph(preds, succs, out_bytes, kept, reads)
 
 
 def order_peak(g: _Graph, order: Sequence[int]) -> int:
@@ -211,22 +219,24 @@ def _search_segment(g: _Graph, seg: list[int], done: int, heuristic: list[int],
     bound = _segment_peak(g, heuristic, done)
     if bound <= _floor(g, seg, done):
         return heuristic  # no order can do better than the heuristic's
-    level: dict[int, tuple[int, int]] = {done: (0, _live(g, done))}  # state -> (peak, live)
+    members = sum(1 << i for i in seg)
+    ready = sum(1 << i for i in seg if g.preds[i] & ~done == 0)
+    level: dict[int, tuple[int, int, int]] = {done: (0, _live(g, done), ready)}  # state -> (peak, live, ready)
     parent: dict[int, tuple[int, int]] = {}
     expansions = 0
     for _ in seg:
-        nxt: dict[int, tuple[int, int]] = {}
-        for state, (peak, live) in level.items():
+        nxt: dict[int, tuple[int, int, int]] = {}
+        for state, (peak, live, ready) in level.items():
             expansions += 1
-            if expansions % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+            if expansions % _CHECK_EVERY == 0 and (time.monotonic() > deadline or len(parent) > MAX_STATES):
                 return None
-            for i, new_peak, new_live in _moves(g, seg, state, peak, live):
+            for i, new_peak, new_live in _moves(g, ready, state, peak, live):
                 if new_peak >= bound:
                     continue
                 key = state | 1 << i
                 old = nxt.get(key)
                 if old is None or new_peak < old[0]:
-                    nxt[key] = (new_peak, new_live)
+                    nxt[key] = (new_peak, new_live, _ready_after(g, ready, key, i, members))
                     parent[key] = (state, i)
         if not nxt:
             return heuristic  # every order reaching further peaks at or above the heuristic's
@@ -239,13 +249,26 @@ def _search_segment(g: _Graph, seg: list[int], done: int, heuristic: list[int],
     return order[::-1]
 
 
-def _moves(g: _Graph, seg: list[int], state: int, peak: int, live: int) -> list[tuple[int, int, int]]:
+def _ready_after(g: _Graph, ready: int, state: int, i: int, members: int) -> int:
+    """The ready mask once step i has run (`state` includes it): i leaves, its successors whose
+    predecessors have all run join."""
+    ready &= ~(1 << i)
+    succ = g.succs[i] & members
+    while succ:
+        j = (succ & -succ).bit_length() - 1
+        if g.preds[j] & ~state == 0:
+            ready |= 1 << j
+        succ &= succ - 1
+    return ready
+
+
+def _moves(g: _Graph, ready: int, state: int, peak: int, live: int) -> list[tuple[int, int, int]]:
     """(step, peak, live after) of each step worth running next from `state`: a free step alone when
     there is one (it frees at least what it keeps and stays under the peak so far), else every ready step."""
     moves = []
-    for i in seg:
-        if state >> i & 1 or g.preds[i] & ~state:
-            continue
+    while ready:
+        i = (ready & -ready).bit_length() - 1
+        ready &= ready - 1
         after = state | 1 << i
         step = live + g.out_bytes[i]
         new_live = live + g.kept_bytes[i] - _freed(g, i, after)

@@ -12,6 +12,8 @@ with greedy by size alone, exactly the bound after 8 promotions).
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Hashable
 
 from kiln.ir.aligned import ALIGN
@@ -30,17 +32,18 @@ def arena_size(offsets: dict[Hashable, int], sizes: dict[Hashable, int]) -> int:
 MAX_PROMOTIONS = 200
 
 
-def pack(lifetimes: Lifetimes, sizes: dict[Hashable, int]) -> dict[Hashable, int]:
+def pack(lifetimes: Lifetimes, sizes: dict[Hashable, int], deadline: float = math.inf) -> dict[Hashable, int]:
     """The smallest arena's offsets among every ranking x fit with promotions (ties: the first, greedy
-    by size first fit); stops as soon as one reaches the liveness bound."""
+    by size first fit); stops as soon as one reaches the liveness bound. Past `deadline` (time.monotonic)
+    no promotion or further ranking x fit starts: the best so far (at least greedy by size) is kept."""
     floor = align(liveness_bound(lifetimes, sizes))
     best: dict[Hashable, int] = {}
     for rank in RANKINGS.values():
         for best_fit in (False, True):
-            offsets = _promote(rank(lifetimes, sizes), lifetimes, sizes, best_fit, floor)
+            offsets = _promote(rank(lifetimes, sizes), lifetimes, sizes, best_fit, floor, deadline)
             if not best or arena_size(offsets, sizes) < arena_size(best, sizes):
                 best = offsets
-            if arena_size(best, sizes) <= floor:
+            if arena_size(best, sizes) <= floor or time.monotonic() > deadline:
                 return best
     return best
 
@@ -55,16 +58,16 @@ def liveness_bound(lifetimes: Lifetimes, sizes: dict[Hashable, int]) -> int:
 
 
 def _promote(ranked: list[Hashable], lifetimes: Lifetimes, sizes: dict[Hashable, int], best_fit: bool,
-             floor: int) -> dict[Hashable, int]:
+             floor: int, deadline: float) -> dict[Hashable, int]:
     """Place, then move the tensor ending highest to the front and place again, keeping the smallest,
-    until the bound is reached, a promotion repeats its ranking, or MAX_PROMOTIONS."""
+    until the bound is reached, a promotion repeats its ranking, MAX_PROMOTIONS, or the deadline."""
     best: dict[Hashable, int] = {}
     ranked = list(ranked)
     for _ in range(min(MAX_PROMOTIONS, 2 * len(ranked)) + 1):
         offsets = place(ranked, lifetimes, sizes, best_fit)
         if not best or arena_size(offsets, sizes) < arena_size(best, sizes):
             best = offsets
-        if arena_size(offsets, sizes) <= floor or not ranked:
+        if arena_size(offsets, sizes) <= floor or not ranked or time.monotonic() > deadline:
             break
         top = max(ranked, key=lambda t: (offsets[t] + sizes[t], -ranked.index(t)))
         if ranked[0] == top:
