@@ -67,6 +67,17 @@ def test_counted_limit_fails_before_running_with_the_sizes(dag):
     assert counted.runner.last_pool is None  # no kernel ran
 
 
+def test_arena_limit_fails_before_running_with_the_sizes(dag):
+    _, arena, _ = dag
+    r = arena.runner.memory_report()
+    arena.memory_limit = r.arena_bytes - 1
+    try:
+        with pytest.raises(MemoryLimitError, match=rf"arena of intermediate tensors .*{r.lower_bound} bytes.*needs "):
+            arena.run(_feeds())
+    finally:
+        arena.memory_limit = None
+
+
 def test_build_limit_is_checked_against_each_strategys_bytes(tmp_path):
     preds = watts_strogatz(3, 10)
     model = dag_model(preds, channels_for(3, preds))
