@@ -39,7 +39,7 @@ class MemoryPlan:
     arena_bytes: int
     lower_bound: int  # max over positions of the bytes alive at once: no arena can be smaller
     naive_bytes: int  # every intermediate in its own buffer
-    search: OrderSearch | None = None  # the minimum-peak search (its order, peak, time, exactness)
+    search: OrderSearch  # the minimum-peak search (its order, peak, time, exactness)
 
 
 STRATEGIES = ("arena", "counted")
