@@ -186,6 +186,9 @@ def show_compiled(directory: str) -> int:
         print(f"note: {note}")
     for kind in ("inputs", "outputs"):
         print(f"{kind}: " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in meta.get(kind, [])))
+    memory = artifact.memory_report(meta)
+    if memory is not None:
+        print(f"memory: {memory}")
     return 0
 
 
@@ -204,8 +207,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         model = fix_dims(model, dims)
     target = kiln.Target.parse(args.target)
     print(f"compiling {args.model} (opt_level {args.opt_level}) for {target}")
+    memory = {"memory_strategy": args.memory_strategy}
+    if args.memory_order_budget is not None:
+        memory["memory_order_budget"] = args.memory_order_budget
     compiled = kiln.build(model, target, opt_level=args.opt_level, executor=args.executor, records=args.records,
-                          progress=lambda line: print(f"  {line}", flush=True), **passes)
+                          progress=lambda line: print(f"  {line}", flush=True), **passes, **memory)
     t1 = time.perf_counter()
     out = compiled.export(args.output)
     print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
@@ -272,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the cores) or kernel by kernel; default: AOT where it applies, dataflow where the "
                         "cost model predicts it wins")
     c.add_argument("--records", metavar="FILE", help="schedule kernels with the best configs of a `kiln tune` log")
+    c.add_argument("--memory-strategy", choices=("arena", "counted"), default="arena",
+                   help="arena: one planned arena (default); counted: kernels one by one over pool-allocated tensors")
+    c.add_argument("--memory-order-budget", type=float, default=None, metavar="SECONDS",
+                   help="time the search for the minimum-peak operator order may take (default 3)")
     c.add_argument("--target", metavar="STRING", default=None,
                    help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '
                         '(options left out are this machine\'s; default: this machine; '

@@ -23,6 +23,7 @@ from typing import Any
 
 from kiln.codegen import openmp_env
 from kiln.compiler import CompiledModel, TensorInfo, build
+from kiln.compiler.memory_plan import check_strategy
 from kiln.errors import InputError, KilnError
 from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.target import Target, host_cores
@@ -48,7 +49,9 @@ def _node_arg(t: TensorInfo) -> NodeArg:
 
 class InferenceSession:
     def __init__(self, path_or_model: Any, opt_level: int = 2, threads: int | None = None, *,
-                 executor: str = "auto", memory_limit: int | None = None):
+                 executor: str = "auto", memory_limit: int | None = None, memory_strategy: str | None = None):
+        """`memory_strategy` ("arena" or "counted", see kiln.build) builds the model with it; for a model
+        built or saved already it must be the one it was built with (None: whichever that is)."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise KilnError(f"threads must be a positive integer, got {threads!r}")
         if isinstance(path_or_model, CompiledModel):
@@ -57,7 +60,9 @@ class InferenceSession:
             self.model = _load_model(path_or_model)
             self.model.memory_limit = memory_limit
         else:
-            self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit)
+            self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit,
+                               memory_strategy=memory_strategy or "arena")
+        _check_strategy(self.model, memory_strategy)
         self.threads = threads or default_threads(self.model.target)
         self.partition: Partition | None = None
         self._set_threads = None
@@ -92,6 +97,19 @@ class InferenceSession:
 
     def export(self, directory: str | os.PathLike) -> Path:
         return self.model.export(directory)
+
+
+def _check_strategy(model: CompiledModel, strategy: str | None) -> None:
+    """KilnError when a session asks a built AOT model for a memory strategy it was not built with (a graph
+    executor's per-shape builds take the strategy of the build)."""
+    if strategy is None:
+        return
+    check_strategy(strategy)
+    report = getattr(model.runner, "memory_report", None)
+    built = report().strategy if report is not None else strategy
+    if built != strategy:
+        raise KilnError(f"memory strategy {strategy!r} was asked for, but the model was built with {built!r}; "
+                        f"build it with kiln.build(..., memory_strategy={strategy!r})")
 
 
 def default_threads(target: Target) -> int | None:

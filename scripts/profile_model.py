@@ -46,6 +46,10 @@ def main() -> None:
     total = sum(t for _, t in per_call)
     print(f"{args.model} batch {args.batch} threads {args.threads}: {wall * 1e3:.3f} ms per run, "
           f"{total * 1e3:.3f} ms in {len(per_call)} kernel calls")
+    print(f"memory: {aot.memory_report()}")
+    pool = getattr(aot, "last_pool", None)
+    if pool is not None:
+        print(f"pool: peak live {pool.peak_live} B, peak held {pool.peak_held} B")
     for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
         t = sum(ts)
         f = group_flops.get(name, 0) * len(ts)
@@ -61,6 +65,7 @@ def model_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--opt-level", type=int, default=3)
+    p.add_argument("--memory-strategy", choices=("arena", "counted"), default="arena")
     return p
 
 
@@ -72,7 +77,8 @@ def build(args: argparse.Namespace):
     from kiln.compiler.aot import build_aot
 
     model = load(args.model, args.batch)
-    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level)
+    aot = build_aot(kiln.from_onnx(model), opt_level=args.opt_level,
+                    memory_strategy=getattr(args, "memory_strategy", "arena"))
     set_threads = openmp_env.set_num_threads(aot.library)
     if set_threads is not None:
         set_threads(ctypes.c_int(args.threads))

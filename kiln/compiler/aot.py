@@ -23,7 +23,8 @@ from kiln.compiler.dataflow_plan import plan_dataflow
 from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.lower import lower_groups
-from kiln.compiler.memory_plan import Step, plan_memory
+from kiln.compiler.memory_order import DEFAULT_BUDGET_S
+from kiln.compiler.memory_plan import MemoryPlan, Step, check_strategy, plan_memory
 from kiln.errors import AotError
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
@@ -32,6 +33,7 @@ from kiln.ir.sizes import check_alloc, check_bytes, tensor_bytes
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.counted_executor import CountedExecutor, CountedProgram, CountedStep, Slot
 from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.executor import describe_group
 from kiln.target import Target
@@ -142,15 +144,20 @@ def _call(g: _Graph, e: Call, kernels: dict[int, Kernel], value: dict[int, Any])
 def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = None,
               ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
               flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None,
-              dataflow: str = "never") -> AotExecutor:
+              dataflow: str = "never", memory_strategy: str = "arena",
+              order_budget_s: float = DEFAULT_BUDGET_S) -> AotExecutor:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
     `dataflow`: "auto" lets the cost model (kiln.compiler.dataflow_choice) pick the dataflow executor
     for models whose branches pay for it, "always" picks it, "never" builds the sequential entry only.
     `tuned`: tuning records' configs to schedule the groups with; `target`: the machine to build for (default:
     `ctx`'s, else the host; `flags` are then mapped to it); its kind picks the code-generation backend.
 
-    `memory_limit` (bytes) bounds the arena of intermediates: a larger plan raises
-    MemoryLimitError before anything is compiled or run."""
+    `memory_strategy`: "arena" (one planned arena, one C call per run) or "counted" (the kernels called one
+    by one over pool-allocated tensors, kiln.runtime.counted_executor); `order_budget_s` bounds the search
+    for the minimum-peak order (kiln.compiler.memory_order). `memory_limit` (bytes) bounds the arena
+    (arena) or the order's peak (counted): a larger plan raises MemoryLimitError before anything is
+    compiled or run."""
+    check_strategy(memory_strategy)
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
     ctx = ctx or PassContext(opt_level, target=target or Target.host())
@@ -163,11 +170,14 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     graph, outputs = _flatten(fused.main, kernels)
     sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
              if t not in graph.homes and t not in outputs}
-    plan = plan_memory(graph.steps, sizes, memory_limit)
-    flow = plan_dataflow(graph.steps, graph.groups, graph.nbytes, plan, target, dataflow, memory_limit)
-    if flow is not None:
-        plan = flow.memory
-    check_bytes("the arena of intermediate tensors", plan.arena_bytes)
+    plan = plan_memory(graph.steps, sizes, memory_limit, budget_s=order_budget_s, strategy=memory_strategy)
+    flow = None
+    if memory_strategy == "arena":
+        flow = plan_dataflow(graph.steps, graph.groups, graph.nbytes, plan, target, dataflow, memory_limit)
+        plan = flow.memory if flow is not None else plan
+        check_bytes("the arena of intermediate tensors", plan.arena_bytes)
+    else:
+        check_bytes("the live intermediate tensors at the peak of the planned order", plan.lower_bound)
     for t in outputs:  # before gcc runs (the executor checks them again, for a model loaded from disk)
         check_alloc(graph.names[t], graph.types[t].shape, graph.types[t].dtype)
     where = dict(graph.homes)
@@ -183,13 +193,45 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     backend = get_backend(target.kind)
     source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies, target)
     path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
-    report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
-                          tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
-                          sum(graph.nbytes(t) for t in outputs))
+    report = _report(graph, plan, outputs, memory_strategy)
     out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
     calls = tuple(describe_group(graph.groups[i]) for i in plan.order)
+    library = backend.load("model", source, path)
     if flow is not None:
-        return DataflowExecutor(fused, graph.weights, out_layout, plan.arena_bytes, backend.load("model", source, path),
-                                report, calls, flow.schedule)
-    return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, backend.load("model", source, path), report,
-                       calls)
+        return DataflowExecutor(fused, graph.weights, out_layout, plan.arena_bytes, library, report, calls,
+                                flow.schedule)
+    if memory_strategy == "counted":
+        return CountedExecutor(fused, graph.weights, out_layout, library, report, calls,
+                               _counted_program(graph, plan, outputs), library.get_function)
+    return AotExecutor(fused, graph.weights, out_layout, plan.arena_bytes, library, report, calls)
+
+
+def _report(graph: _Graph, plan: MemoryPlan, outputs: list[int], strategy: str) -> MemoryReport:
+    search = plan.search
+    return MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
+                        tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),
+                        sum(graph.nbytes(t) for t in outputs), strategy, search.topological_peak, search.peak,
+                        search.exact, search.seconds)
+
+
+def _counted_program(graph: _Graph, plan: MemoryPlan, outputs: list[int]) -> CountedProgram:
+    """The planned order as kernel calls over slots: a pool tensor is allocated by the step that writes it
+    and freed by the step that reads it last (the plan's lifetimes)."""
+    slot = {t: Slot(p.kind, p.index) for t, p in graph.homes.items()}
+    slot.update({t: Slot("pool", t) for t in plan.lifetimes})
+    copies = []
+    for k, t in enumerate(outputs):
+        if t in slot:
+            copies.append((k, slot[t]))
+        else:
+            slot[t] = Slot("output", k)
+    frees: dict[int, list[int]] = {}
+    for t, (_, last) in plan.lifetimes.items():
+        frees.setdefault(last, []).append(t)
+    steps = []
+    for pos, i in enumerate(plan.order):
+        kernel, tids = graph.calls[i]
+        allocs = tuple(t for t in graph.steps[i].outputs if t in plan.lifetimes)
+        steps.append(CountedStep(kernel.func.name, tuple(slot[t] for t in tids), allocs, tuple(frees.get(pos, ()))))
+    tensors = {t: (tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype).str) for t in plan.lifetimes}
+    return CountedProgram(tuple(steps), tensors, tuple(copies))

@@ -47,6 +47,7 @@ class CompiledModel:
         if self.memory_limit is None:
             return self._run(feeds)
         with sizes.memory_limit(self.memory_limit):
+            _check_arena(self.runner)
             return self._run(feeds)
 
     def _run(self, feeds: dict[str, Any]) -> list[Any]:
@@ -89,6 +90,15 @@ class CompiledModel:
         _, kernel_of, host = lower_groups(self.mod, self.tuned, target=self.target)
         lib = self.runner.library
         return artifact.assemble(self.mod, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
+
+
+def _check_arena(runner: Any) -> None:
+    """MemoryLimitError before a run when the limit in force is below the planned arena (a model built or
+    saved without the limit); a counted run checks its order's peak itself."""
+    report = runner.memory_report() if isinstance(runner, AotExecutor) else None
+    if report is not None and report.strategy == "arena":
+        sizes.check_bytes(f"the arena of intermediate tensors (memory strategy 'arena'; live-bytes peak "
+                          f"{report.lower_bound} bytes, naive sum {report.naive_bytes} bytes)", report.arena_bytes)
 
 
 def _info(name: str, t: Any) -> TensorInfo:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from kiln.compiler.memory_order import OrderSearch
 from kiln.compiler.memory_plan import MemoryPlan, Step, align
 from kiln.compiler.step_graph import StepGraph, step_graph
 from kiln.errors import MemoryLimitError
@@ -61,8 +62,9 @@ def plan_concurrent_memory(steps: Sequence[Step], sizes: dict[Hashable, int],
         placed.append((offset, offset + sizes[t], t))
     arena = max((align(o + sizes[t]) for t, o in offsets.items()), default=0)
     lifetimes = _lifetimes(steps, sizes)
-    plan = MemoryPlan(tuple(range(len(steps))), offsets, lifetimes, dict(sizes), arena,
-                      _peak(lifetimes, sizes, len(steps)), sum(sizes.values()))
+    order, peak = tuple(range(len(steps))), _peak(lifetimes, sizes, len(steps))
+    plan = MemoryPlan(order, offsets, lifetimes, dict(sizes), arena, peak, sum(sizes.values()),
+                      OrderSearch(order, peak, False, 0.0, peak, {}, 1))
     if limit is not None and arena > limit:
         raise MemoryLimitError(
             f"the model needs an arena of {arena} bytes for its intermediate tensors when independent "

@@ -53,4 +53,4 @@ def plan_dataflow(steps: Sequence[Step], groups: Sequence[Function], nbytes: Cal
     workers = max(choice.workers, min(2, cores)) if mode == "always" else choice.workers
     schedule = DataflowSchedule(choice.tasks, choice.deps, choice.priority, workers, max(cores // workers, 1),
                                 str(choice), target.threading)
-    return DataflowPlan(choice, schedule, dataclasses.replace(memory, order=sequential.order))
+    return DataflowPlan(choice, schedule, dataclasses.replace(memory, order=sequential.order, search=sequential.search))

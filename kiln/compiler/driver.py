@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kiln.codegen.backends import build_library
@@ -21,6 +21,8 @@ from kiln.compiler.aot import build_aot
 from kiln.compiler.compiled_model import CompiledModel
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
+from kiln.compiler.memory_order import DEFAULT_BUDGET_S
+from kiln.compiler.memory_plan import check_strategy
 from kiln.compiler.model_dims import is_static, with_input_shapes
 from kiln.compiler.report import BuildReport, CountingCache
 from kiln.compiler.specialize import compile_specialized
@@ -38,11 +40,21 @@ EXECUTORS = ("auto", "aot", "graph", "dataflow")
 _DATAFLOW_MODE = {"auto": "auto", "aot": "never", "dataflow": "always"}  # build_aot's dataflow= per executor
 
 
+@dataclass(frozen=True)
+class _Memory:
+    """How a build plans and bounds memory (see `build`)."""
+
+    limit: int | None = None
+    strategy: str = "arena"
+    order_budget_s: float = DEFAULT_BUDGET_S
+
+
 def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *, executor: str = "auto",
           progress: Callable[[str], None] | None = None,
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
           pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
-          required_passes: Sequence[str] = (), memory_limit: int | None = None) -> CompiledModel:
+          required_passes: Sequence[str] = (), memory_limit: int | None = None, memory_strategy: str = "arena",
+          memory_order_budget: float = DEFAULT_BUDGET_S) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`: a kiln.Target or its
     string (kiln.Target.parse: "c -cores=4"; options left out are the host's), by default this machine.
 
@@ -57,19 +69,28 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     fastest config. `pass_config`, `disabled_passes` and `required_passes` become the graph passes'
     PassContext (config, disabled, required); an unknown pass name or config key is a KilnError.
     `memory_limit` (bytes) bounds every tensor the build and the model's runs allocate and the AOT
-    arena (default: the memory this machine has available); beyond it, MemoryLimitError."""
+    arena (default: the memory this machine has available); beyond it, MemoryLimitError.
+    `memory_strategy` (AOT builds): "arena" (one arena with planned offsets, one C call per run) or
+    "counted" (the kernels called one at a time over tensors a pool allocates at their first write and
+    frees after their last read); with a memory limit, a build whose arena (arena) or order's peak of live
+    bytes (counted) exceeds it fails before anything runs. `memory_order_budget`: seconds the search for
+    the minimum-peak operator order may take (kiln.compiler.memory_order) before the best heuristic order wins."""
     if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
         raise KilnError(f"memory_limit must be a positive number of bytes, got {memory_limit!r}")
+    check_strategy(memory_strategy)
+    if not isinstance(memory_order_budget, (int, float)) or memory_order_budget < 0:
+        raise KilnError(f"memory_order_budget must be a non-negative number of seconds, got {memory_order_budget!r}")
+    memory = _Memory(memory_limit, memory_strategy, float(memory_order_budget))
     with sizes.memory_limit(memory_limit):
         compiled = _build(model, Target.parse(target), opt_level, executor, progress, records, pass_config,
-                          disabled_passes, required_passes, memory_limit)
+                          disabled_passes, required_passes, memory)
     compiled.memory_limit = memory_limit
     return compiled
 
 
 def _build(model: Any, target: Target, opt_level: int, executor: str, progress: Callable[[str], None] | None,
            records: Any, pass_config: Mapping[str, Any] | None, disabled_passes: Sequence[str],
-           required_passes: Sequence[str], memory_limit: int | None) -> CompiledModel:
+           required_passes: Sequence[str], memory: _Memory) -> CompiledModel:
     if executor not in EXECUTORS:
         raise KilnError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     ctx = PassContext(opt_level, tuple(required_passes), tuple(disabled_passes), config=dict(pass_config or {}),
@@ -85,7 +106,7 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
     static = is_static(model)
     if executor in ("aot", "dataflow") or (executor == "auto" and static):
         try:
-            return _build_aot(model, ctx, report, progress, tuned, memory_limit, _DATAFLOW_MODE[executor])
+            return _build_aot(model, ctx, report, progress, tuned, memory, _DATAFLOW_MODE[executor])
         except AotError as e:
             if executor != "auto":
                 raise
@@ -94,8 +115,9 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
     compiled = _build_graph(model, ctx, report, progress, tuned)
     if executor == "auto" and not static:
         compiled.per_shape = ShapeSpecialized(model, compiled.runner, lambda shapes: build_aot(
-            with_input_shapes(model, shapes), opt_level, memory_limit=memory_limit, ctx=ctx, cache=CompileCache(),
-            tuned=tuned, cc=target.cc, target=target))
+            with_input_shapes(model, shapes), opt_level, memory_limit=memory.limit, ctx=ctx, cache=CompileCache(),
+            tuned=tuned, cc=target.cc, target=target, memory_strategy=memory.strategy,
+            order_budget_s=memory.order_budget_s))
         if progress is not None:
             progress("symbolic input dims: each new set of input shapes is built ahead of time on its first run")
     return compiled
@@ -116,12 +138,14 @@ def _tuned_note(tuned: Tuned | None) -> str:
 
 def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
                progress: Callable[[str], None] | None, tuned: Tuned | None = None,
-               memory_limit: int | None = None, dataflow: str = "never") -> CompiledModel:
+               memory: _Memory | None = None, dataflow: str = "never") -> CompiledModel:
     timing, cache = PassTiming(), CountingCache()
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
-    aot = build_aot(mod, opt_level, memory_limit=memory_limit, ctx=replace(ctx, instruments=[timing]), cache=cache,
-                    tuned=tuned, cc=ctx.target.cc, target=ctx.target, dataflow=dataflow)
+    memory = memory or _Memory()
+    aot = build_aot(mod, opt_level, memory_limit=memory.limit, ctx=replace(ctx, instruments=[timing]), cache=cache,
+                    tuned=tuned, cc=ctx.target.cc, target=ctx.target, dataflow=dataflow,
+                    memory_strategy=memory.strategy, order_budget_s=memory.order_budget_s)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
     kernels = len(aot.library.source.functions)

@@ -2,19 +2,23 @@
 
 The plan works on an abstract graph (steps that read and write tensor ids) so it is independent of
 the IR and can be tested on random DAGs. A tensor lives from the step that writes it to the last
-step that reads it, both included: a kernel never writes over its own inputs. Among the
-topological orders we keep the one (of a few deterministic candidates) whose arena is smallest;
-offsets are assigned greedily by size, largest first, at the lowest 64-byte-aligned offset that
-overlaps no tensor alive at the same time.
+step that reads it, both included: a kernel never writes over its own inputs. The order comes from
+kiln.compiler.memory_order (the minimum-peak order where the search finishes in its budget, else the
+best heuristic); the offsets from kiln.compiler.memory_pack (several greedy packings, the smallest
+kept). Among the searched order and the heuristic ones the plan keeps the smallest arena.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from kiln.errors import MemoryLimitError  # noqa: F401  (re-exported)
-from kiln.ir.aligned import ALIGN
+from kiln.compiler.memory_order import DEFAULT_BUDGET_S, OrderSearch, build_graph, heuristic_orders, min_peak_order
+from kiln.compiler.memory_pack import arena_size, pack
+from kiln.errors import KilnError, MemoryLimitError
+from kiln.ir.aligned import ALIGN  # noqa: F401  (re-exported)
+from kiln.ir.sizes import format_bytes
 
 
 @dataclass(frozen=True)
@@ -35,29 +39,45 @@ class MemoryPlan:
     arena_bytes: int
     lower_bound: int  # max over positions of the bytes alive at once: no arena can be smaller
     naive_bytes: int  # every intermediate in its own buffer
+    search: OrderSearch  # the minimum-peak search (its order, peak, time, exactness)
 
 
-def align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+STRATEGIES = ("arena", "counted")
 
 
-def plan_memory(steps: Sequence[Step], sizes: dict[Hashable, int], limit: int | None = None) -> MemoryPlan:
-    """Plan `steps` (given in a valid topological order) with the tensors in `sizes` in one arena.
+def plan_memory(steps: Sequence[Step], sizes: dict[Hashable, int], limit: int | None = None, *,
+                budget_s: float = DEFAULT_BUDGET_S, strategy: str = "arena") -> MemoryPlan:
+    """Plan `steps` (given in a valid topological order) with the tensors in `sizes` in one arena within
+    about `budget_s` seconds: two thirds for the minimum-peak order search, the rest (at least as much
+    again when the search used it all) for the packings' promotions.
 
-    Raises MemoryLimitError when `limit` (bytes) is given and the arena is larger."""
+    Raises MemoryLimitError when `limit` (bytes) is given and the run would take more: the arena for
+    the "arena" strategy, the order's peak of live bytes for "counted" (allocation at run time)."""
+    check_strategy(strategy)
     _check_graph(steps, sizes)
+    search = min_peak_order(steps, sizes, budget_s * 2 / 3)
+    deadline = time.monotonic() + budget_s / 3
+    candidates = [search.order, *heuristic_orders(build_graph(steps, sizes)).values()]
     best: MemoryPlan | None = None
-    candidates = [tuple(range(len(steps))), _greedy_order(steps, sizes)]
-    for order in dict.fromkeys(candidates):
-        plan = _plan_for_order(steps, sizes, order)
+    for order in dict.fromkeys(candidates if strategy == "arena" else candidates[:1]):
+        plan = _plan_for_order(steps, sizes, order, search, deadline)
         if best is None or (plan.arena_bytes, plan.lower_bound) < (best.arena_bytes, best.lower_bound):
             best = plan
-    if limit is not None and best.arena_bytes > limit:
-        raise MemoryLimitError(
-            f"the model needs an arena of {best.arena_bytes} bytes for its intermediate tensors, more "
-            f"than the memory limit of {limit} bytes (lower bound {best.lower_bound} bytes at the best "
-            f"operator order found)")
+    check_limit(best, strategy, limit)
     return best
+
+
+def check_limit(plan: MemoryPlan, strategy: str, limit: int | None) -> None:
+    """MemoryLimitError, before anything runs, when the strategy's bytes exceed `limit`."""
+    if limit is None:
+        return
+    need, what = (plan.arena_bytes, "an arena") if strategy == "arena" else (plan.lower_bound, "a peak")
+    if need > limit:
+        raise MemoryLimitError(
+            f"the model needs {what} of {need} bytes ({format_bytes(need)}) for its intermediate tensors "
+            f"(memory strategy {strategy!r}), more than the memory limit of {limit} bytes "
+            f"({format_bytes(limit)}); live-bytes peak {plan.lower_bound} bytes at the best operator order "
+            f"found, arena {plan.arena_bytes} bytes, naive sum {plan.naive_bytes} bytes")
 
 
 def _check_graph(steps: Sequence[Step], sizes: dict[Hashable, int]) -> None:
@@ -75,41 +95,8 @@ def _check_graph(steps: Sequence[Step], sizes: dict[Hashable, int]) -> None:
         raise ValueError(f"planned tensors {missing!r} are written by no step")
 
 
-def _greedy_order(steps: Sequence[Step], sizes: dict[Hashable, int]) -> tuple[int, ...]:
-    """List scheduling: run the ready step that frees the most bytes net of what it allocates;
-    ties go to the step that came first, so the result is deterministic."""
-    producer = {t: i for i, s in enumerate(steps) for t in s.outputs}
-    readers: dict[Hashable, set[int]] = {}
-    for i, s in enumerate(steps):
-        for t in set(s.inputs):
-            if t in producer:
-                readers.setdefault(t, set()).add(i)
-    waiting = [len({producer[t] for t in s.inputs if t in producer}) for s in steps]
-    users: list[set[int]] = [set() for _ in steps]
-    for i, s in enumerate(steps):
-        for t in s.inputs:
-            if t in producer:
-                users[producer[t]].add(i)
-    ready = {i for i, n in enumerate(waiting) if n == 0}
-    order: list[int] = []
-    while ready:
-        def gain(i: int) -> int:
-            freed = sum(sizes.get(t, 0) for t in set(steps[i].inputs) if readers.get(t) == {i})
-            return freed - sum(sizes.get(t, 0) for t in steps[i].outputs)
-
-        pick = max(ready, key=lambda i: (gain(i), -i))
-        ready.remove(pick)
-        order.append(pick)
-        for t in set(steps[pick].inputs):
-            readers.get(t, set()).discard(pick)
-        for u in users[pick]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                ready.add(u)
-    return tuple(order)
-
-
-def _plan_for_order(steps: Sequence[Step], sizes: dict[Hashable, int], order: tuple[int, ...]) -> MemoryPlan:
+def _plan_for_order(steps: Sequence[Step], sizes: dict[Hashable, int], order: tuple[int, ...],
+                    search: OrderSearch, deadline: float) -> MemoryPlan:
     life: dict[Hashable, list[int]] = {}
     for pos, i in enumerate(order):
         for t in steps[i].outputs:
@@ -123,26 +110,11 @@ def _plan_for_order(steps: Sequence[Step], sizes: dict[Hashable, int], order: tu
     for t, (a, b) in lifetimes.items():
         for pos in range(a, b + 1):
             alive[pos] += sizes[t]
-    offsets = assign_offsets(lifetimes, sizes)
-    arena = max((align(o + sizes[t]) for t, o in offsets.items()), default=0)
-    return MemoryPlan(order, offsets, lifetimes, dict(sizes), arena, max(alive, default=0), sum(sizes.values()))
+    offsets = pack(lifetimes, sizes, deadline)
+    return MemoryPlan(order, offsets, lifetimes, dict(sizes), arena_size(offsets, sizes), max(alive, default=0),
+                      sum(sizes.values()), search)
 
 
-def assign_offsets(lifetimes: dict[Hashable, tuple[int, int]], sizes: dict[Hashable, int]) -> dict[Hashable, int]:
-    """Greedy by size: largest first (then earliest), at the lowest aligned offset clear of every
-    placed tensor whose lifetime intersects."""
-    ranked = sorted(lifetimes, key=lambda t: (-sizes[t], lifetimes[t], str(t)))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    offsets: dict[Hashable, int] = {}
-    for t in ranked:
-        first, last = lifetimes[t]
-        size = sizes[t]
-        clashes = sorted((o, e) for o, e, a, b in placed if a <= last and first <= b)
-        offset = 0
-        for o, e in clashes:
-            if offset + size <= o:
-                break
-            offset = max(offset, align(e))
-        offsets[t] = offset
-        placed.append((offset, offset + size, first, last))
-    return offsets
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise KilnError(f"memory strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")

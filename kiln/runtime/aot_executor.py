@@ -29,17 +29,28 @@ from kiln.runtime.thread_pool import running
 @dataclass(frozen=True)
 class MemoryReport:
     arena_bytes: int
-    lower_bound: int
+    lower_bound: int  # the live-bytes peak of the order run: no arena for it can be smaller
     naive_bytes: int  # every intermediate in its own buffer
     order: tuple[str, ...]  # kernels in execution order
     weight_bytes: int
     output_bytes: int
+    strategy: str = "arena"  # "arena" (planned offsets) or "counted" (pool allocation at run time)
+    topological_peak: int = 0  # the live-bytes peak of the order the graph was written in
+    search_peak: int = 0  # the lowest peak the order search found
+    search_exact: bool = False  # whether the search proved it the minimum over all orders
+    search_seconds: float = 0.0
 
     def __str__(self) -> str:
         ratio = self.arena_bytes / self.lower_bound if self.lower_bound else 1.0
-        return (f"arena {self.arena_bytes} B (lower bound {self.lower_bound} B, x{ratio:.2f}; naive "
+        text = (f"{self.strategy}: arena {self.arena_bytes} B (lower bound {self.lower_bound} B, x{ratio:.2f}; naive "
                 f"{self.naive_bytes} B); weights {self.weight_bytes} B; outputs {self.output_bytes} B; "
                 f"{len(self.order)} kernels")
+        if self.search_peak:
+            gain = self.topological_peak / self.search_peak
+            kind = "minimum" if self.search_exact else "best found"
+            text += (f"; order peak {self.search_peak} B ({kind}, {self.search_seconds:.2f} s; topological order "
+                     f"{self.topological_peak} B, x{gain:.2f})")
+        return text
 
 
 class AotExecutor:

@@ -38,6 +38,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.parser import parse
 from kiln.ir.printer import text_with_params
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.counted_executor import CountedExecutor, CountedProgram
 from kiln.runtime.dataflow_executor import DataflowExecutor, DataflowSchedule
 from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
 from kiln.runtime.specialize import CompileSpecialized
@@ -130,25 +131,41 @@ def _kernel_records(cm: GraphExecutor, by_id: dict[int, str], weights: dict[str,
 
 def _aot_record(aot: AotExecutor, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> dict[str, Any]:
     keys = [_weight_key(a, f"aot.weight{j}", by_id, weights) for j, a in enumerate(aot.weights)]
-    return {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
-            "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report()),
-            "calls": list(aot.calls),
-            **({"dataflow": dataclasses.asdict(aot.schedule)} if isinstance(aot, DataflowExecutor) else {})}
+    rec = {"weights": keys, "outputs": [[list(shape), np.dtype(dt).str] for shape, dt in aot.output_layout],
+           "arena_bytes": aot.arena_bytes, "memory": dataclasses.asdict(aot.memory_report()),
+           "calls": list(aot.calls)}
+    if isinstance(aot, DataflowExecutor):
+        rec["dataflow"] = dataclasses.asdict(aot.schedule)
+    if isinstance(aot, CountedExecutor):
+        rec["counted"] = aot.program.to_json()
+    return rec
+
+
+def memory_report(meta: dict[str, Any]) -> MemoryReport | None:
+    """The memory report saved with an AOT model (None for a graph-executor model or a malformed record)."""
+    mem = meta.get("aot", {}).get("memory") if isinstance(meta.get("aot"), dict) else None
+    try:
+        return MemoryReport(**{**mem, "order": tuple(mem["order"])})
+    except (TypeError, KeyError):
+        return None
 
 
 def _load_aot(mod: IRModule, rec: dict[str, Any], weights: dict[str, np.ndarray], directory: Path,
-              library: Any) -> AotExecutor:
+              library: Any, function: Any) -> AotExecutor:
     """The AOT executor of a saved model whose metadata has an "aot" record (see `export`)."""
     try:
         outputs = [(tuple(shape), np.dtype(dt)) for shape, dt in rec["outputs"]]
         mem = rec["memory"]
-        report = MemoryReport(**{**mem, "order": tuple(mem["order"])})
+        report = MemoryReport(**{**mem, "order": tuple(mem["order"])})  # a malformed record is an ArtifactError
+        calls = tuple(str(c) for c in rec.get("calls", ()))
         if "dataflow" in rec:
             return DataflowExecutor(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]),
-                                    library, report, tuple(str(c) for c in rec.get("calls", ())),
-                                    _schedule(rec["dataflow"]))
+                                    library, report, calls, _schedule(rec["dataflow"]))
+        if "counted" in rec:
+            return CountedExecutor(mod, [weights[k] for k in rec["weights"]], outputs, library, report, calls,
+                                   CountedProgram.from_json(rec["counted"]), function)
         return AotExecutor(mod, [weights[k] for k in rec["weights"]], outputs, int(rec["arena_bytes"]), library,
-                         report, tuple(str(c) for c in rec.get("calls", ())))
+                           report, calls)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{directory / GRAPH}: the AOT record is inconsistent ({type(e).__name__}: {e})"
                             ) from None
@@ -259,7 +276,8 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
                       compile_specialized)
     except (KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{d / GRAPH}: the kernel table is inconsistent ({type(e).__name__}: {e})") from None
-    aot = _load_aot(mod, meta["aot"], weights, d, lib) if "aot" in meta and lib is not None else None
+    aot = _load_aot(mod, meta["aot"], weights, d, lib, lambda name: CFunction(
+        FuncInfo(kernels[name].func, symbols[name], ""), lib.lib)) if "aot" in meta and lib is not None else None
     return cm, aot, meta
 
 
