@@ -7,10 +7,12 @@ and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -186,7 +188,22 @@ def show_compiled(directory: str) -> int:
         print(f"note: {note}")
     for kind in ("inputs", "outputs"):
         print(f"{kind}: " + ", ".join(f"{t['name']} {t['shape']} {t['dtype']}" for t in meta.get(kind, [])))
+    print("footprint (loaded and run once here, on random inputs; symbolic dims 1):")
+    for line in _measured_footprint(directory).lines():
+        print(f"  {line}")
     return 0
+
+
+def _measured_footprint(directory: str) -> Any:
+    """The compiled model's footprint in this process: loaded, then after one run on random inputs."""
+    import kiln
+    from kiln.runtime.process_memory import resident_bytes
+
+    sess = kiln.load(directory)
+    loaded = sess.model.footprint()
+    dims = {d: 1 for t in sess.model.inputs for d in t.shape or () if isinstance(d, str)}
+    sess.model.run(random_feeds(sess.model.mod, {}, dims))
+    return dataclasses.replace(loaded, rss_after_run=resident_bytes())
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
