@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from kiln.ir.expr import Constant
+from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
 
@@ -46,9 +48,13 @@ def _mb(n: int | None) -> str:
 
 
 def kernel_weights(runner: AotExecutor | GraphExecutor) -> list[np.ndarray]:
-    """The distinct arrays the runner's kernels read its weights from."""
-    arrays = runner.weights if isinstance(runner, AotExecutor) else \
-        [c for k in runner.kernels.values() for c in k.constants]
+    """The distinct arrays the runner's kernels read its weights from: the AOT entry's, or the graph
+    executor's kernels' own constants and the IR's (which it passes to the fused calls)."""
+    if isinstance(runner, AotExecutor):
+        arrays = runner.weights
+    else:
+        arrays = [c for k in runner.kernels.values() for c in k.constants]
+        arrays += [e.data for f in runner.mod.functions.values() for e in post_order(f) if isinstance(e, Constant)]
     return list({id(a): a for a in arrays}.values())
 
 
