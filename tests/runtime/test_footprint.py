@@ -14,6 +14,8 @@ import pytest
 
 import kiln
 from kiln.cli import main as kiln_main
+from kiln.compiler import CompiledModel
+from kiln.errors import InputError
 from kiln.models import mlp, small_cnn
 from kiln.runtime.process_memory import file_pages, resident_bytes
 
@@ -62,6 +64,19 @@ def test_kiln_show_dir_lists_the_footprint(tmp_path, capsys):
     for field in ("weights:", "packed weights:", "arena:", "code:", "resident after load:", "resident after a run:"):
         assert f"\n  {field}" in text
     assert "weights:              7.1 MB" in text
+
+
+
+def test_kiln_show_dir_says_why_it_did_not_run(tmp_path, capsys, monkeypatch):
+    out = kiln.build(mlp(batch=1)).export(tmp_path / "mlp")
+
+    def refuse(self, feeds):
+        raise InputError("input 'x' cannot be random")
+
+    monkeypatch.setattr(CompiledModel, "run", refuse)
+    assert kiln_main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "(not run on random inputs: input 'x' cannot be random)" in text and "resident after a run: -" in text
 
 
 _HOLDER = """
