@@ -342,7 +342,7 @@ def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> on
             raise ModelLoadError(f"{where}: is a directory, expected an .onnx file")
     source = path_or_model if isinstance(path_or_model, bytes) else where
     # NOTE: checked before it is parsed here, so the checker's parsed copy of the weights and this process's
-    # never coexist: a file's peak while loading is two copies of its weights, not three (MiniLM: 318 -> 217 MB)
+    # never coexist: a file's peak while loading is two copies of its weights, not three (MiniLM: 318 -> 237 MB)
     try:
         _check(source, where)
     except ModelLoadError:
