@@ -7,10 +7,12 @@ and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -189,7 +191,26 @@ def show_compiled(directory: str) -> int:
     memory = artifact.memory_report(meta)
     if memory is not None:
         print(f"memory: {memory}")
+    print("footprint (loaded and run once here, on random inputs; symbolic dims 1):")
+    for line in _measured_footprint(directory).lines():
+        print(f"  {line}")
     return 0
+
+
+def _measured_footprint(directory: str) -> Any:
+    """The compiled model's footprint in this process: loaded, then after one run on random inputs."""
+    import kiln
+    from kiln.runtime.process_memory import resident_bytes
+
+    sess = kiln.load(directory)
+    loaded = sess.model.footprint()
+    dims = {d: 1 for t in sess.model.inputs for d in t.shape or () if isinstance(d, str)}
+    try:
+        sess.model.run(random_feeds(sess.model.mod, {}, dims))
+    except KilnError as e:  # an input random values cannot stand for (strings, a shape tensor, ...)
+        print(f"  (not run on random inputs: {e})")
+        return loaded
+    return dataclasses.replace(loaded, rss_after_run=resident_bytes())
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

@@ -30,8 +30,8 @@ def test_static_model_builds_aot_and_matches_interpreter(reference):
     lines: list[str] = []
     m = kiln.build(small_cnn(batch=2), progress=lines.append)
     assert m.executor == "aot" and m.host_groups == []
-    assert [s for s, _, _ in m.report.stages] == ["import", "passes", "lower", "compile"]
-    assert len(lines) == 4 and m.report.kernels > 0 and m.report.compiled + m.report.cached == 1
+    assert [s for s, _, _ in m.report.stages] == ["import", "passes", "lower", "compile", "memory"]
+    assert len(lines) == 5 and m.report.kernels > 0 and m.report.compiled + m.report.cached == 1
     x = _image(2)
     np.testing.assert_allclose(m.run({"image": x})[0], reference(x), rtol=1e-4, atol=1e-6)
 

@@ -131,3 +131,15 @@ def test_model_local_function_is_inlined():
     mod = kiln.from_onnx(m)
     (z,) = kiln.evaluate(mod, {"x": np.array([1, -5, 2], np.float32), "y": np.ones(3, np.float32)})
     np.testing.assert_array_equal(z, [2, 0, 3])
+
+
+def test_a_file_is_checked_before_it_is_parsed(tmp_path, monkeypatch):
+    """The checker's copy of the weights is gone before the process parses its own (peak: two copies, not three)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_add_relu(), path)
+    calls = []
+    check, load = onnx.checker.check_model, onnx.load
+    monkeypatch.setattr(onnx.checker, "check_model", lambda m, *a, **k: (calls.append("check"), check(m, *a, **k)))
+    monkeypatch.setattr(onnx, "load", lambda p, *a, **k: (calls.append("load"), load(p, *a, **k))[1])
+    kiln.from_onnx(path)
+    assert calls == ["check", "load"]

@@ -15,6 +15,8 @@ from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
+from kiln.runtime.footprint import Footprint, arena_bytes, code_bytes, kernel_weights
+from kiln.runtime.process_memory import resident_bytes
 from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.target import Target, compiler_identity, find_compiler
 from kiln.tune.apply import Tuned
@@ -75,11 +77,19 @@ class CompiledModel:
         names = list(self.mod.output_names) or [f"output{i}" for i in range(len(types))]
         return [_info(n, ty) for n, ty in zip(names, types)]
 
+    def footprint(self, rss_after_run: int | None = None) -> Footprint:
+        """What the model holds now: its weights as imported and as the kernels read them, arena, code, and
+        this process's resident memory; `rss_after_run`: the resident bytes a caller measured after a run."""
+        packed = sum(a.nbytes for a in kernel_weights(self.runner))
+        return Footprint(self.report.weights_bytes, packed, arena_bytes(self.runner), code_bytes(self.library),
+                         resident_bytes(), rss_after_run)
+
     def export(self, directory: str | os.PathLike) -> Path:
         """Save library, graph and weights to `directory`; kiln.load(directory) runs it again."""
         info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
                 "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
-                "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs]}
+                "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs],
+                "weights_bytes": self.report.weights_bytes}
         aot = self.runner if isinstance(self.runner, AotExecutor) else None
         return artifact.export(directory, self._graph_state(), info, aot)
 

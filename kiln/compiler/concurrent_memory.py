@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from kiln.compiler.memory_order import OrderSearch
-from kiln.compiler.memory_plan import MemoryPlan, Step, align
+from kiln.compiler.memory_pack import align
+from kiln.compiler.memory_plan import MemoryPlan, Step
 from kiln.compiler.step_graph import StepGraph, step_graph
 from kiln.errors import MemoryLimitError
 

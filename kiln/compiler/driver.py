@@ -28,7 +28,7 @@ from kiln.compiler.report import BuildReport, CountingCache
 from kiln.compiler.specialize import compile_specialized
 from kiln.errors import AotError, KilnError
 from kiln.ir import sizes
-from kiln.ir.module import IRModule
+from kiln.ir.module import IRModule, param_bytes
 from kiln.runtime import artifact
 from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
@@ -85,6 +85,7 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
         compiled = _build(model, Target.parse(target), opt_level, executor, progress, records, pass_config,
                           disabled_passes, required_passes, memory)
     compiled.memory_limit = memory_limit
+    compiled.report.add("memory", 0.0, str(compiled.footprint()), progress)
     return compiled
 
 
@@ -102,6 +103,7 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
         t0 = time.perf_counter()
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
+    report.weights_bytes = param_bytes(model)
     tuned = _load_records(records, target, report, progress) if records is not None else None
     static = is_static(model)
     if executor in ("aot", "dataflow") or (executor == "auto" and static):

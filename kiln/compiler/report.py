@@ -20,6 +20,7 @@ class BuildReport:
     kernels: int = 0
     compiled: int = 0  # libraries gcc built
     cached: int = 0  # libraries the compile cache already had
+    weights_bytes: int | None = None  # the model's weights as imported, before any pass re-laid them out
 
     def add(self, stage: str, seconds: float, detail: str, progress: Callable[[str], None] | None) -> None:
         self.stages.append((stage, seconds, detail))

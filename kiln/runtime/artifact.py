@@ -1,12 +1,13 @@
-"""A compiled model on disk: the library, the fused graph as JSON, the weights as .npz.
+"""A compiled model on disk: the library, the fused graph as JSON, the weights as one raw file.
 
 DIR/model.so is the kernels' library and DIR/kiln_pool.so Kiln's thread pool they launch into (loaded
 first, so a deployed directory runs without gcc); DIR/model.json holds the fused IR (Kiln's text form, weights
 by reference), each kernel's calling convention, the model's inputs/outputs, the Kiln version, the
-compiler flags, the target it was built for (kiln.Target's string) and the sha256 of the other two files;
-DIR/weights.npz holds the weights (no pickle). Loading checks all of that before it trusts the
-library (a target with an ISA feature this CPU lacks is refused; a different core count is warned about),
-then rebuilds the executor state: no compiler runs.
+compiler flags, the target it was built for (kiln.Target's string), the library's sha256 and the
+weights' index; DIR/weights.bin holds the weights as aligned raw tensors (kiln.runtime.weights_file: no
+pickle, a crc32 per tensor), memory-mapped read-only on load so processes loading one model share them.
+Loading checks all of that before it trusts the library (a target with an ISA feature this CPU lacks is
+refused; a different core count is warned about), then rebuilds the executor state: no compiler runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import shutil
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,13 @@ from kiln.runtime.counted_executor import CountedExecutor, CountedProgram
 from kiln.runtime.dataflow_executor import DataflowExecutor, DataflowSchedule
 from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
 from kiln.runtime.specialize import CompileSpecialized
+from kiln.runtime.weights_file import read_weights, write_weights
 from kiln.target import Target
 from kiln.version import __version__
 
 FORMAT = "kiln-compiled-model"
-FORMAT_VERSION = 2  # 2: the target string replaces the list of CPU features
-LIBRARY, GRAPH, WEIGHTS, POOL_LIBRARY = "model.so", "model.json", "weights.npz", "kiln_pool.so"
+FORMAT_VERSION = 3  # 2: the target string replaces the list of CPU features; 3: weights.bin replaces weights.npz
+LIBRARY, GRAPH, WEIGHTS, POOL_LIBRARY = "model.so", "model.json", "weights.bin", "kiln_pool.so"
 def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
              function: Callable[[Kernel], CFunction], library: Any,
              compile_specialized: CompileSpecialized | None = None) -> GraphExecutor:
@@ -82,19 +83,15 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
         by_id = {id(a): key for key, a in weights.items()}
         kernels = _kernel_records(cm, by_id, weights)
         aot_meta = _aot_record(aot, by_id, weights) if aot is not None else None
-        for name, a in weights.items():
-            if a.dtype == object:
-                raise ArtifactError(f"weight {name} has dtype {a.dtype}; only numeric weights can be saved")
-        with open(tmp / WEIGHTS, "wb") as f:
-            np.savez(f, **weights)
+        index = write_weights(tmp / WEIGHTS, weights)
         if cm.library is not None:
             shutil.copyfile(cm.library.path, tmp / LIBRARY)
             shutil.copyfile(pool_library.library_path(), tmp / POOL_LIBRARY)
         meta = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
             **info, "compiler_flags": list(Target.parse(info.get("target")).compiler_flags(FLAGS)),
-            "files": {n: _sha256(tmp / n) for n in (LIBRARY, WEIGHTS, POOL_LIBRARY) if (tmp / n).exists()},
-            "num_params": len(params), "graph": text, "kernels": kernels,
+            "files": {n: _sha256(tmp / n) for n in (LIBRARY, POOL_LIBRARY) if (tmp / n).exists()},
+            "weights": index, "num_params": len(params), "graph": text, "kernels": kernels,
             "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
             "host_groups": list(cm.host_groups),
             **({"aot": aot_meta} if aot_meta is not None else {}),
@@ -108,7 +105,7 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
 
 
 def _weight_key(a: np.ndarray, name: str, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> str:
-    """The npz key of `a`: a graph parameter's key when it is one, else `name` (saved under it)."""
+    """The weights-file name of `a`: a graph parameter's key when it is one, else `name` (saved under it)."""
     key = by_id.get(id(a))
     if key is None:
         key = name
@@ -240,22 +237,24 @@ def artifact_target(meta: dict[str, Any], where: str | os.PathLike = "the model"
         raise ArtifactError(f"{where}: no readable target in {GRAPH} ({e})") from None
 
 
-def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized | None = None
-         ) -> tuple[GraphExecutor, AotExecutor | None, dict[str, Any]]:
+def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized | None = None,
+         verify_weights: bool = True) -> tuple[GraphExecutor, AotExecutor | None, dict[str, Any]]:
     """The executor state saved in `directory` (see read_metadata for what is checked), and the AOT
     executor when the model was saved from one (its library holds the entry function).
-    `compile_specialized`: see `assemble`."""
+    `compile_specialized`: see `assemble`. `verify_weights`: check each weight's crc32 (reads the
+    whole weights file once; off, a damaged weight goes unnoticed until its results are wrong)."""
     d = Path(directory)
     meta = read_metadata(d)
     note = artifact_target(meta, d).cores_note()
     if note is not None:
         warnings.warn(f"{d}: {note}", stacklevel=2)
+    if not isinstance(meta.get("weights"), list):
+        raise ArtifactError(f"{d / GRAPH} has no index of {WEIGHTS}")
+    weights = read_weights(d / WEIGHTS, meta["weights"], verify_weights)
     try:
-        with np.load(d / WEIGHTS, allow_pickle=False) as z:
-            weights = {k: z[k] for k in z.files}
         params = [weights[f"param{i}"] for i in range(meta["num_params"])]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise ArtifactError(f"{d / WEIGHTS} is corrupt or incomplete ({e})") from None
+    except (KeyError, TypeError) as e:
+        raise ArtifactError(f"{d / GRAPH}: graph parameter {e} is not in the index of {WEIGHTS}") from None
     try:
         mod = parse(meta["graph"], params)
     except KilnError as e:

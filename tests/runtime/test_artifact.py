@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def no_compiler(monkeypatch):
 
 
 def test_round_trip_of_an_aot_model_runs_without_compiling(static_model, exported, no_compiler):
-    assert sorted(os.listdir(exported)) == ["kiln_pool.so", "model.json", "model.so", "weights.npz"]
+    assert sorted(os.listdir(exported)) == ["kiln_pool.so", "model.json", "model.so", "weights.bin"]
     meta = json.loads((exported / "model.json").read_text())
     assert meta["kiln_version"] == kiln.__version__ and "-march=native" in meta["compiler_flags"]
     assert meta["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
@@ -70,7 +71,7 @@ def test_failed_export_leaves_nothing(static_model, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(artifact.np, "savez", fail)
+    monkeypatch.setattr(artifact, "write_weights", fail)
     with pytest.raises(OSError, match="disk full"):
         static_model.export(tmp_path / "cnn")
     assert os.listdir(tmp_path) == []
@@ -121,10 +122,13 @@ def test_warns_about_another_core_count_and_runs_that_many_threads(exported):
 
 
 def test_refuses_corrupt_or_missing_files(exported):
-    data = bytearray((exported / "weights.npz").read_bytes())
+    (exported / "weights.bin").unlink()
+    with pytest.raises(ArtifactError, match="missing weights.bin"):
+        kiln.load(exported)
+    data = bytearray((exported / "model.so").read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (exported / "weights.npz").write_bytes(bytes(data))
-    with pytest.raises(ArtifactError, match="weights.npz is corrupt"):
+    (exported / "model.so").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="model.so is corrupt"):
         kiln.load(exported)
     (exported / "model.so").unlink()
     with pytest.raises(ArtifactError, match="missing model.so"):
@@ -139,12 +143,54 @@ def test_refuses_corrupt_or_missing_files(exported):
         kiln.load(exported / "nothing")
 
 
-def test_truncated_weights_are_an_error_even_when_the_digest_is_rewritten(exported):
-    (exported / "weights.npz").write_bytes(b"PK\x03\x04 truncated")
-    meta = json.loads((exported / "model.json").read_text())
-    _edit_meta(exported, files={**meta["files"], "weights.npz": artifact._sha256(exported / "weights.npz")})
-    with pytest.raises(ArtifactError, match="weights.npz is corrupt or incomplete"):
+def _largest_weight(d) -> dict:
+    return max(json.loads((d / "model.json").read_text())["weights"], key=lambda t: t["nbytes"])
+
+
+def test_a_corrupt_weight_is_named_and_verify_weights_false_skips_the_check(static_model, exported):
+    t = _largest_weight(exported)
+    data = bytearray((exported / "weights.bin").read_bytes())
+    for i in range(t["offset"] + 3, t["offset"] + t["nbytes"], 4):  # every float32's sign and exponent byte
+        data[i] ^= 0x40
+    (exported / "weights.bin").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=f"weights.bin: weight '{t['name']}' .* is corrupt: its crc32"):
         kiln.load(exported)
+    x = _image(2)
+    out = kiln.load(exported, verify_weights=False).run(None, {"image": x})[0]
+    assert not np.array_equal(out, static_model.run({"image": x})[0])  # the damaged weight is what ran
+
+
+def test_truncated_weights_name_the_file_and_sizes(exported):
+    data = (exported / "weights.bin").read_bytes()
+    (exported / "weights.bin").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ArtifactError, match=f"weights.bin is truncated: {len(data) // 2} bytes, its index needs"):
+        kiln.load(exported)
+
+
+def test_an_inconsistent_index_entry_is_named(exported):
+    meta = json.loads((exported / "model.json").read_text())
+    meta["weights"][0]["shape"] = [*meta["weights"][0]["shape"], 3]
+    (exported / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match=f"index entry of weight '{meta['weights'][0]['name']}' is inconsistent"):
+        kiln.load(exported)
+
+
+def test_an_older_format_says_to_compile_again(exported):
+    _edit_meta(exported, format_version=2)
+    with pytest.raises(ArtifactError, match=r"\(format 2\); this is Kiln .* \(format 3\): compile the model again"):
+        kiln.load(exported)
+
+
+def test_weights_are_aligned_read_only_views_of_the_mapped_file(exported):
+    weights = kiln.load(exported).model.runner.weights
+    index = json.loads((exported / "model.json").read_text())["weights"]
+    assert len(weights) > 1 and all(t["offset"] % 64 == 0 for t in index)
+    for w in weights:
+        assert not w.flags.writeable and w.ctypes.data % 64 == 0
+        base = w
+        while isinstance(base, np.ndarray):
+            base = base.base
+        assert isinstance(base.obj, mmap.mmap)  # a view of the mapping: no copy between the file and the kernels
 
 
 _RUN_WITHOUT_GCC = """
