@@ -115,6 +115,8 @@ _bound = threading.local()  # per thread: depth of `running` blocks, the thread'
 def runtime() -> Runtime:
     """The process's runtime, made from the environment on first use."""
     global _runtime
+    if _runtime is not None:  # every run asks: no lock once made
+        return _runtime
     with _runtime_lock:
         if _runtime is None:
             _runtime = Runtime(RuntimeConfig.from_env())
@@ -141,8 +143,8 @@ class running:
 
     def __enter__(self) -> None:
         depth = getattr(_bound, "depth", 0)
-        _bound.depth = depth + 1
         if depth:
+            _bound.depth = depth + 1
             return
         rt = runtime()
         self._pool = pool = rt.pool()
@@ -152,6 +154,7 @@ class running:
             _bound.run, run = block, block.handle
         part = self.partition or rt.default_partition()
         pool.kiln_run_begin(run, part.first, part.cores)
+        _bound.depth = 1
 
     def __exit__(self, *exc: object) -> None:
         _bound.depth -= 1
