@@ -70,7 +70,7 @@ class Runtime:
         """The process's pool library, configured with this runtime's settings."""
         global _applied
         lib = pool_library.load()
-        if _applied != self.config:
+        if _applied is not self.config:  # settings are replaced, never changed in place
             with self._lock:
                 c = self.config
                 if lib.kiln_pool_configure(c.cores, c.spin_us, int(c.pin)) != 0:
@@ -103,7 +103,15 @@ class Runtime:
 
     def default_partition(self) -> Partition:
         """Where a thread that no session bound runs: every core."""
-        return Partition(0, self.config.cores)
+        return self._all
+
+    @property
+    def config(self) -> RuntimeConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: RuntimeConfig) -> None:
+        self._config, self._all = config, Partition(0, config.cores)
 
 
 _runtime: Runtime | None = None  # NOTE: process-wide by design: one pool per process
