@@ -1,7 +1,7 @@
 """`kiln.InferenceSession` and `kiln.load`: onnxruntime's calling convention over a compiled model.
 
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
-`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` caps the OpenMP
+`CompiledModel.export` / `kiln compile` (loaded without compiling, or importing the compiler). `threads` caps the OpenMP
 threads of the kernels; it is set on the calling thread before every run, because OpenMP keeps
 the setting per thread. Without `threads`, a model built for fewer cores than this machine has
 (its target's `cores`) runs that many threads: its parallel loops were split for them, and more
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from kiln.codegen import openmp_env
-from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.errors import InputError, KilnError
+from kiln.runtime import artifact
+from kiln.runtime.model import Model, TensorInfo
 from kiln.target import Target, host_cores
 
 # onnxruntime's spelling of tensor element types
@@ -46,12 +47,14 @@ class InferenceSession:
                  executor: str = "auto", memory_limit: int | None = None):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise KilnError(f"threads must be a positive integer, got {threads!r}")
-        if isinstance(path_or_model, CompiledModel):
+        if isinstance(path_or_model, Model):
             self.model = path_or_model
         elif isinstance(path_or_model, (str, os.PathLike)) and Path(path_or_model).is_dir():
             self.model = _load_model(path_or_model)
             self.model.memory_limit = memory_limit
         else:
+            from kiln.compiler import build  # the compiler is imported only when a session compiles
+
             self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit)
         self.threads = threads or default_threads(self.model.target)
         self._set_threads = openmp_env.set_num_threads(self.model.library) if self.threads else None
@@ -87,21 +90,24 @@ def default_threads(target: Target) -> int | None:
     return target.cores if target.cores < host_cores() else None
 
 
-def _load_model(directory: str | os.PathLike) -> CompiledModel:
-    from kiln.compiler.specialize import compile_specialized
-    from kiln.runtime import artifact
-
-    cm, aot, meta = artifact.load(directory, compile_specialized)
+def _load_model(directory: str | os.PathLike) -> Model:
+    cm, aot, meta = artifact.load(directory, _compile_specialized)
     target = artifact.artifact_target(meta, directory)
     if aot is not None:
-        return CompiledModel(cm.mod, "aot", aot, meta.get("opt_level", 2), target=target)
-    return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target)
+        return Model(cm.mod, "aot", aot, meta.get("opt_level", 2), target=target, graph=cm)
+    return Model(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target)
+
+
+def _compile_specialized(*args: Any) -> Any:
+    """The compiler's kiln.compiler.specialize.compile_specialized, imported on the first group a loaded
+    model compiles at run time: most models never do, and importing the compiler costs most of a load."""
+    from kiln.compiler.specialize import compile_specialized
+
+    return compile_specialized(*args)
 
 
 def load(directory: str | os.PathLike, threads: int | None = None) -> InferenceSession:
     """A session over a model compiled and saved earlier; no compiler runs."""
     if not Path(directory).is_dir():
-        from kiln.runtime.artifact import ArtifactError
-
-        raise ArtifactError(f"{directory} is not a directory made by `kiln compile` or model.export")
+        raise artifact.ArtifactError(f"{directory} is not a directory made by `kiln compile` or model.export")
     return InferenceSession(directory, threads=threads)

@@ -124,7 +124,7 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     report.add("lower", total - passes - cache.seconds,
                f"{kernels} kernels{_tuned_note(tuned)}, memory plan: {aot.memory_report()}", progress)
     _compiled(report, cache, kernels, progress)
-    return CompiledModel(aot.mod, "aot", aot, opt_level, report, tuned, target=ctx.target)
+    return CompiledModel(aot.mod, "aot", aot, opt_level, target=ctx.target, report=report, tuned=tuned)
 
 
 def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
@@ -144,7 +144,7 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                         cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
-    return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)
+    return CompiledModel(fused, "graph", cm, opt_level, target=ctx.target, report=report, tuned=tuned)
 
 
 def _compiled(report: BuildReport, cache: CountingCache, kernels: int, progress: Callable[[str], None] | None):

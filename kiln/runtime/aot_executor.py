@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import KernelError
-from kiln.codegen.aot_source import ENTRY, FAILED_CALL, PROFILE_ENTRY
+from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY
 from kiln.codegen.module import kernel_error_text
-from kiln.errors import InputError
+from kiln.errors import InputError, KernelError
 from kiln.ir.aligned import aligned, aligned_empty
 from kiln.ir.dtype import to_numpy
 from kiln.ir.module import IRModule

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import openmp_env
-from kiln.codegen.c_source import FuncInfo
 from kiln.codegen.compiler import FLAGS
+from kiln.codegen.func_info import FuncInfo
+from kiln.codegen.kernel import Kernel
 from kiln.codegen.kernel_binding import size_bindings
 from kiln.codegen.kernel_signature import decode_signature, encode_params
-from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
 from kiln.errors import ArtifactError, KilnError
 from kiln.ir.expr import Function, Tuple

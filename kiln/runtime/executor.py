@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.kernel import Kernel
 from kiln.codegen.kernel_binding import Binding, empty_outputs, output_buffers, scalar_params
-from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
 from kiln.errors import KernelError, MemoryLimitError
 from kiln.ir.aligned import aligned

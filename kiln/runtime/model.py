@@ -1,0 +1,98 @@
+"""`Model`: a model ready to run, as `kiln.load` gives it: the fused IR, the executor that runs it,
+its inputs and outputs, `export`. kiln.compiler's `CompiledModel` (what `kiln.build` returns) is a
+Model with its build report and tuning added; this half lives in the runtime so that running a
+saved model imports no compiler package."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import ArtifactError
+from kiln.ir import sizes
+from kiln.ir.module import IRModule
+from kiln.ir.types import SizeVar, TensorType, TupleType
+from kiln.runtime import artifact
+from kiln.runtime.aot_executor import AotExecutor
+from kiln.runtime.executor import GraphExecutor
+from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.target import Target, compiler_identity, find_compiler
+
+
+@dataclass
+class TensorInfo:
+    """A model input or output: dims are ints or symbolic names."""
+
+    name: str
+    shape: tuple[int | str, ...] | None
+    dtype: str
+
+
+@dataclass
+class Model:
+    """`run(feeds)` on its executor (or the per-shape AOT builds), `export` to a directory."""
+
+    mod: IRModule  # optimized and fused
+    executor: str  # "aot" or "graph"
+    runner: AotExecutor | GraphExecutor
+    opt_level: int
+    per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
+    target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
+    memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
+    graph: GraphExecutor | None = None  # a loaded AOT model's kernel-by-kernel view of its library (for export)
+
+    def run(self, feeds: dict[str, Any]) -> list[Any]:
+        if self.memory_limit is None:
+            return self._run(feeds)
+        with sizes.memory_limit(self.memory_limit):
+            return self._run(feeds)
+
+    def _run(self, feeds: dict[str, Any]) -> list[Any]:
+        if self.per_shape is not None:
+            return self.per_shape.run(feeds)
+        return self.runner.run(feeds)
+
+    @property
+    def host_groups(self) -> list[str]:
+        return list(getattr(self.runner, "host_groups", []))
+
+    @property
+    def library(self) -> Any:
+        """The loaded library (with `.path` and the ctypes handle `.lib`), None without kernels."""
+        return self.runner.library
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return [_info(p.name, p.type) for p in self.mod.main.params]
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        t = self.mod.main.body.type
+        types = list(t.fields) if isinstance(t, TupleType) else [t]
+        names = list(self.mod.output_names) or [f"output{i}" for i in range(len(types))]
+        return [_info(n, ty) for n, ty in zip(names, types)]
+
+    def export(self, directory: str | os.PathLike) -> Path:
+        """Save library, graph and weights to `directory`; kiln.load(directory) runs it again."""
+        info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
+                "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
+                "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs]}
+        aot = self.runner if isinstance(self.runner, AotExecutor) else None
+        return artifact.export(directory, self._graph_state(), info, aot)
+
+    def _graph_state(self) -> GraphExecutor:
+        """The kernel-by-kernel view of the library (the AOT library exports every kernel too)."""
+        if isinstance(self.runner, GraphExecutor):
+            return self.runner
+        if self.graph is None:
+            raise ArtifactError("this model has no kernel-by-kernel view of its library to save")
+        return self.graph
+
+
+def _info(name: str, t: Any) -> TensorInfo:
+    if not isinstance(t, TensorType) or t.shape is None:
+        return TensorInfo(name, None, str(t))
+    return TensorInfo(name, tuple(d.name if isinstance(d, SizeVar) else d if isinstance(d, int) else "?"
+                                  for d in t.shape), t.dtype)
