@@ -18,10 +18,10 @@ from kiln.codegen.module import kernel_error_text
 from kiln.errors import InputError, KernelError
 from kiln.ir.aligned import aligned, aligned_empty
 from kiln.ir.dtype import to_numpy
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc, check_bytes
 from kiln.ir.types import TensorType
-from kiln.op.interpreter import check_input
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.op  # noqa: F401  (fills the operator table that parsing the saved graph reads)
 from kiln.codegen import openmp_env
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.func_info import FuncInfo

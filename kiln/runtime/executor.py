@@ -26,10 +26,11 @@ from kiln.codegen.module import CFunction
 from kiln.errors import KernelError, MemoryLimitError
 from kiln.ir.aligned import aligned
 from kiln.ir.expr import Call, Expr, Function, Op, Var
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc
 from kiln.ir.visitor import post_order
-from kiln.op.interpreter import Interpreter, Scope, check_input
+from kiln.op.interpreter import Interpreter, Scope
 from kiln.runtime.shape_eval import output_shapes
 from kiln.runtime.specialize import CompileSpecialized, Specializer
 
