@@ -5,8 +5,10 @@ a compiled model does not import the generator."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kiln.tir.stmt import PrimFunc
+if TYPE_CHECKING:
+    from kiln.tir.stmt import PrimFunc
 
 
 @dataclass(frozen=True)

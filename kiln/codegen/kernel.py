@@ -7,11 +7,13 @@ topi), because the runtime holds Kernels too: a loaded artifact rebuilds them fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from kiln.ir.types import TensorType
-from kiln.tir.stmt import PrimFunc
+    from kiln.ir.types import TensorType
+    from kiln.tir.stmt import PrimFunc
 
 
 @dataclass

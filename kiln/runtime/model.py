@@ -5,20 +5,23 @@ saved model imports no compiler package."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.errors import ArtifactError
 from kiln.ir import sizes
-from kiln.ir.module import IRModule
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
-from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.target import Target, compiler_identity, find_compiler
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
+    from kiln.ir.module import IRModule
+    from kiln.runtime.shape_specialized import ShapeSpecialized
 
 
 @dataclass
