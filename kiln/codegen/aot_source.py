@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY  # noqa: F401  (re-exported)
+from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.c_types import CodegenError

@@ -22,7 +22,7 @@ from kiln.codegen import runtime_lib
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_stmt import FunctionPrinter
 from kiln.codegen.c_types import ERROR_FLAG, CodegenError, ModuleDecls, is_float_value, scalar_ctype
-from kiln.codegen.func_info import CSource, FuncInfo  # noqa: F401  (re-exported)
+from kiln.codegen.func_info import CSource, FuncInfo
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc

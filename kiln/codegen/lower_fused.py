@@ -32,7 +32,6 @@ from kiln.topi.schedule_dispatch import schedule_group
 KERNEL_SKIPPED_PASSES = ("storage_flatten", "vectorize")
 
 
-
 def _dims(t: TensorType, sizes: dict[str, tir.Var]) -> tuple[tir.PrimExpr, ...]:
     out = []
     for k, d in enumerate(t.shape):
