@@ -6,10 +6,10 @@ artifact and runs it once, Kiln beside ONNX Runtime on the same model's ONNX fil
 The model (from kiln.models) is built with a static batch and exported once; then each process is
 started `--repeat` times (after one warm-up start that fills the bytecode and page caches, as an
 installed package has them) and the fastest start is reported. Each process times its own phases:
-import (numpy with the engine: `import kiln` or `import onnxruntime`), load (`kiln.load(DIR)` or
-`InferenceSession(path)`) and the first run; `process` is the parent's wall time of the whole
-process, interpreter start-up and exit included. Issue 35's goal: Kiln's import + load + first run
-<= 0.3 s. Wall times: run it on a quiet machine.
+import (numpy with the engine: `import kiln` and the runtime behind `kiln.load`, or `import
+onnxruntime`), load (`kiln.load(DIR)` or `InferenceSession(path)`) and the first run; `process` is
+the parent's wall time of the whole process, interpreter start-up and exit included. Issue 35's
+goal: Kiln's import + load + first run <= 0.3 s. Wall times: run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
 import kiln
+load = kiln.load  # kiln's names are lazy: this imports the runtime
 t1 = time.perf_counter()
-session = kiln.load(sys.argv[1])
+session = load(sys.argv[1])
 t2 = time.perf_counter()
 name = session.get_inputs()[0].name
 session.run(None, {name: np.ones(json.loads(sys.argv[2]), np.float32)})
