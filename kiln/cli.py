@@ -80,14 +80,14 @@ def _runner(args: argparse.Namespace):
     """(module whose main gives the inputs, output names, feeds -> outputs) for `kiln run`."""
     import kiln
 
-    passes = _pass_options(args)
-    tweaked = passes["pass_config"] or passes["disabled_passes"]
+    tweaked = args.pass_config or args.disable_pass
     if os.path.isdir(args.model):
         if args.records or tweaked:
             raise InputError(f"--records, --pass-config and --disable-pass apply when compiling; {args.model} is "
                              f"already compiled")
         sess = kiln.load(args.model)
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
+    passes = _pass_options(args)  # after the compiled case: checking pass names imports the compiler's passes
     mod = kiln.from_onnx(args.model)
     compiled = args.executor == "compiled" or args.records or tweaked  # these only mean something compiled
     run = kiln.build(mod, records=args.records, **passes).run if compiled else functools.partial(kiln.evaluate, mod)

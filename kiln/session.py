@@ -1,8 +1,8 @@
 """`kiln.InferenceSession` and `kiln.load`: onnxruntime's calling convention over a compiled model.
 
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
-`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` is how many cores the
-kernels run on. With Kiln threading (target -threading=kiln) the session holds a partition of that
+`CompiledModel.export` / `kiln compile` (loaded without compiling, or importing the compiler).
+`threads` is how many cores the kernels run on. With Kiln threading (target -threading=kiln) the session holds a partition of that
 many cores of the process's pool (kiln.runtime.thread_pool), disjoint from other sessions' where the
 cores allow, and runs on it. With OpenMP threading it caps the OpenMP threads, set on the calling
 thread before every run, because OpenMP keeps the setting per thread. Without `threads`, a model
@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from kiln.codegen import openmp_env
-from kiln.compiler import CompiledModel, TensorInfo, build
-from kiln.compiler.memory_plan import check_strategy
 from kiln.errors import InputError, KilnError
+from kiln.runtime import artifact
+from kiln.runtime.aot_executor import check_strategy
+from kiln.runtime.model import Model, TensorInfo
 from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.target import Target, host_cores
 
@@ -56,12 +57,14 @@ class InferenceSession:
         `verify_weights`: see `load`."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise KilnError(f"threads must be a positive integer, got {threads!r}")
-        if isinstance(path_or_model, CompiledModel):
+        if isinstance(path_or_model, Model):
             self.model = path_or_model
         elif isinstance(path_or_model, (str, os.PathLike)) and Path(path_or_model).is_dir():
             self.model = _load_model(path_or_model, verify_weights)
             self.model.memory_limit = memory_limit
         else:
+            from kiln.compiler import build  # the compiler is imported only when a session compiles
+
             self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit,
                                memory_strategy=memory_strategy or "arena")
         _check_strategy(self.model, memory_strategy)
@@ -101,7 +104,7 @@ class InferenceSession:
         return self.model.export(directory)
 
 
-def _check_strategy(model: CompiledModel, strategy: str | None) -> None:
+def _check_strategy(model: Model, strategy: str | None) -> None:
     """KilnError when a session asks a built AOT model for a memory strategy it was not built with (a graph
     executor's per-shape builds take the strategy of the build)."""
     if strategy is None:
@@ -119,19 +122,24 @@ def default_threads(target: Target) -> int | None:
     return target.cores if target.cores < host_cores() else None
 
 
-def _load_model(directory: str | os.PathLike, verify_weights: bool = True) -> CompiledModel:
-    from kiln.compiler.report import BuildReport
-    from kiln.compiler.specialize import compile_specialized
-    from kiln.runtime import artifact
+def _load_model(directory: str | os.PathLike, verify_weights: bool = True) -> Model:
     from kiln.runtime.dataflow_executor import DataflowExecutor
 
-    cm, aot, meta = artifact.load(directory, compile_specialized, verify_weights)
+    cm, aot, meta = artifact.load(directory, _compile_specialized, verify_weights)
     target = artifact.artifact_target(meta, directory)
-    report = BuildReport(weights_bytes=meta.get("weights_bytes"))
+    weights = meta.get("weights_bytes")
     if aot is not None:
         kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
-        return CompiledModel(cm.mod, kind, aot, meta.get("opt_level", 2), report, target=target)
-    return CompiledModel(cm.mod, "graph", cm, meta.get("opt_level", 2), report, target=target)
+        return Model(cm.mod, kind, aot, meta.get("opt_level", 2), target=target, graph=cm, weights_bytes=weights)
+    return Model(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target, weights_bytes=weights)
+
+
+def _compile_specialized(*args: Any) -> Any:
+    """The compiler's kiln.compiler.specialize.compile_specialized, imported on the first group a loaded
+    model compiles at run time: most models never do, and importing the compiler costs most of a load."""
+    from kiln.compiler.specialize import compile_specialized
+
+    return compile_specialized(*args)
 
 
 def load(directory: str | os.PathLike, threads: int | None = None, verify_weights: bool = True) -> InferenceSession:
@@ -139,7 +147,5 @@ def load(directory: str | os.PathLike, threads: int | None = None, verify_weight
     directory's weights.bin, each checked against its crc32 first unless `verify_weights` is False (which
     saves a crc32 pass over the whole file at load: 0.08 s for 40 MB on a busy 2-core machine)."""
     if not Path(directory).is_dir():
-        from kiln.runtime.artifact import ArtifactError
-
-        raise ArtifactError(f"{directory} is not a directory made by `kiln compile` or model.export")
+        raise artifact.ArtifactError(f"{directory} is not a directory made by `kiln compile` or model.export")
     return InferenceSession(directory, threads=threads, verify_weights=verify_weights)

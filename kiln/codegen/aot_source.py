@@ -22,18 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from kiln.codegen.aot_abi import COPY_ENTRY, ENTRY, FAILED_CALL, PROFILE_ENTRY, STEP_ENTRY, STEPS_ENTRY
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.c_types import CodegenError
 from kiln.tir.expr import elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
-
-ENTRY = "kiln_model_run"
-PROFILE_ENTRY = "kiln_model_profile"
-FAILED_CALL = "kiln_model_failed_call"
-STEP_ENTRY = "kiln_model_step"
-STEPS_ENTRY = "kiln_model_steps"
-COPY_ENTRY = "kiln_model_copy_outputs"
 
 
 @dataclass(frozen=True)

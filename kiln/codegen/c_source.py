@@ -22,27 +22,13 @@ from kiln.codegen import runtime_lib
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_stmt import EXIT_LABEL, FunctionPrinter
 from kiln.codegen.c_types import BODY_SYMBOL, ERROR_FLAG, CodegenError, ModuleDecls, is_float_value, scalar_ctype
+from kiln.codegen.func_info import CSource, FuncInfo
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
 from kiln.tir.transform.simplify import shape_bounds
 
 RUNTIME_HEADER = Path(__file__).with_name("kiln_runtime.h")
-
-
-@dataclass(frozen=True)
-class FuncInfo:
-    """Where a PrimFunc ended up in the module."""
-
-    func: PrimFunc
-    symbol: str  # the exported uniform-ABI entry
-    body_symbol: str  # the typed body (KILN_BODY linkage)
-
-
-@dataclass(frozen=True)
-class CSource:
-    code: str
-    functions: dict[str, FuncInfo]  # by PrimFunc name
 
 
 # a PrimFunc attr holding its RenderedFunc (a kernel from the kernel cache has no loops to print)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.codegen import runtime_lib
-from kiln.codegen.lower_fused import Kernel
+from kiln.codegen.kernel import Kernel
 from kiln.codegen.shape_value import shape_value
 from kiln.ir.dtype import to_numpy
 from kiln.ir.sizes import check_alloc

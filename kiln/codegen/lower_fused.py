@@ -9,11 +9,10 @@ kernel serves every input size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kiln import tir
+from kiln.codegen.kernel import Kernel
 from kiln.errors import KilnError, LoweringError
 from kiln.ir.dtype import from_numpy
 from kiln.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, is_absent
@@ -23,7 +22,6 @@ from kiln.op.registry import COMM_REDUCE, OUT_EWISE_FUSABLE, Pattern
 from kiln.target import Target, building_for
 from kiln.te.lower import create_prim_func
 from kiln.te.tensor import Tensor, compute, placeholder
-from kiln.tir.stmt import PrimFunc
 from kiln.tir.transform import lower_passes
 from kiln.topi.registry import compute_call
 from kiln.topi.schedule_dispatch import schedule_group
@@ -32,18 +30,6 @@ from kiln.topi.schedule_dispatch import schedule_group
 # and the call boundary read shapes from the params); the tir vectorize pass still meets index forms
 # the C backend rejects, so VECTORIZED loops are left to the compiler (`#pragma omp simd`).
 KERNEL_SKIPPED_PASSES = ("storage_flatten", "vectorize")
-
-
-
-@dataclass
-class Kernel:
-    """A compiled-to-be kernel and how to call it from a fused call site."""
-
-    func: PrimFunc  # after the tir passes: what the C backend compiles (flat buffers)
-    constants: list[np.ndarray]  # passed after the group's parameters, in order
-    num_params: int  # tensor parameters of the group
-    output_types: list[TensorType]
-    signature: tuple = ()  # the params before flattening: multi-dim buffer shapes, symbolic dims
 
 
 def _dims(t: TensorType, sizes: dict[str, tir.Var]) -> tuple[tir.PrimExpr, ...]:

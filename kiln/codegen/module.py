@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from kiln.codegen import loader
-from kiln.codegen.c_source import CSource, FuncInfo
 from kiln.codegen.c_types import is_float_value
+from kiln.codegen.func_info import CSource, FuncInfo
 from kiln.codegen.shape_value import shape_value
 from kiln.errors import InputError, KernelError
 from kiln.ir.dtype import to_numpy

@@ -24,7 +24,7 @@ from kiln.compiler.fuse import fuse
 from kiln.compiler.kernel_cache import KernelCache
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.memory_order import DEFAULT_BUDGET_S
-from kiln.compiler.memory_plan import MemoryPlan, Step, check_strategy, plan_memory
+from kiln.compiler.memory_plan import MemoryPlan, Step, plan_memory
 from kiln.errors import AotError
 from kiln.ir.dtype import from_numpy, to_numpy
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, children
@@ -32,7 +32,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc, check_bytes, tensor_bytes
 from kiln.ir.types import TensorType, TupleType, Type
 from kiln.ir.visitor import post_order
-from kiln.runtime.aot_executor import AotExecutor, MemoryReport
+from kiln.runtime.aot_executor import AotExecutor, MemoryReport, check_strategy
 from kiln.runtime.counted_executor import CountedExecutor, CountedProgram, CountedStep, Slot
 from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.executor import describe_group

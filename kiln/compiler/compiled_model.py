@@ -1,118 +1,36 @@
-"""`CompiledModel`: what kiln.build returns, the optimized model with the executor that runs it."""
+"""`CompiledModel`: what kiln.build returns, the optimized model with the executor that runs it
+(kiln.runtime.model.Model) plus what the build knows: its report and the tuned configs."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.report import BuildReport
-from kiln.ir import sizes
-from kiln.ir.module import IRModule
-from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
-from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.executor import GraphExecutor
-from kiln.runtime.footprint import Footprint, arena_bytes, code_bytes, kernel_weights
-from kiln.runtime.process_memory import resident_bytes
-from kiln.runtime.shape_specialized import ShapeSpecialized
-from kiln.target import Target, compiler_identity, find_compiler
-from kiln.tune.apply import Tuned
+from kiln.runtime.model import Model, TensorInfo  # noqa: F401  (TensorInfo re-exported)
+
+if TYPE_CHECKING:
+    from kiln.tune.apply import Tuned
 
 
 @dataclass
-class TensorInfo:
-    """A model input or output: dims are ints or symbolic names."""
-
-    name: str
-    shape: tuple[int | str, ...] | None
-    dtype: str
-
-
-@dataclass
-class CompiledModel:
+class CompiledModel(Model):
     """A built model: `run(feeds)` on its executor (or the per-shape AOT builds), `export` to a directory."""
 
-    mod: IRModule  # optimized and fused
-    executor: str  # "aot", "dataflow" or "graph"
-    runner: AotExecutor | GraphExecutor
-    opt_level: int
     report: BuildReport = field(default_factory=BuildReport)
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
-    per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
-    target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
-    memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
 
-    def run(self, feeds: dict[str, Any]) -> list[Any]:
-        if self.memory_limit is None:
-            return self._run(feeds)
-        with sizes.memory_limit(self.memory_limit):
-            _check_arena(self.runner)
-            return self._run(feeds)
-
-    def _run(self, feeds: dict[str, Any]) -> list[Any]:
-        if self.per_shape is not None:
-            return self.per_shape.run(feeds)
-        return self.runner.run(feeds)
-
-    @property
-    def host_groups(self) -> list[str]:
-        return list(getattr(self.runner, "host_groups", []))
-
-    @property
-    def library(self) -> Any:
-        """The loaded library (with `.path` and the ctypes handle `.lib`), None without kernels."""
-        return self.runner.library
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return [_info(p.name, p.type) for p in self.mod.main.params]
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        t = self.mod.main.body.type
-        types = list(t.fields) if isinstance(t, TupleType) else [t]
-        names = list(self.mod.output_names) or [f"output{i}" for i in range(len(types))]
-        return [_info(n, ty) for n, ty in zip(names, types)]
-
-    def footprint(self, rss_after_run: int | None = None) -> Footprint:
-        """What the model holds now: its weights as imported and as the kernels read them, arena, code, and
-        this process's resident memory; `rss_after_run`: the resident bytes a caller measured after a run."""
-        packed = sum(a.nbytes for a in kernel_weights(self.runner))
-        return Footprint(self.report.weights_bytes, packed, arena_bytes(self.runner), code_bytes(self.library),
-                         resident_bytes(), rss_after_run)
-
-    def export(self, directory: str | os.PathLike) -> Path:
-        """Save library, graph and weights to `directory`; kiln.load(directory) runs it again."""
-        info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
-                "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
-                "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs],
-                "weights_bytes": self.report.weights_bytes}
-        aot = self.runner if isinstance(self.runner, AotExecutor) else None
-        return artifact.export(directory, self._graph_state(), info, aot)
+    def __post_init__(self) -> None:
+        if self.weights_bytes is None:  # the report counted them at import
+            self.weights_bytes = self.report.weights_bytes
 
     def _graph_state(self) -> GraphExecutor:
-        """The kernel-by-kernel view of the same library (the AOT library exports every kernel too)."""
+        """An AOT build's kernel-by-kernel view, lowered again (the kernel cache makes that cheap)."""
         if isinstance(self.runner, GraphExecutor):
             return self.runner
         _, kernel_of, host = lower_groups(self.mod, self.tuned, target=self.target)
         lib = self.runner.library
         return artifact.assemble(self.mod, kernel_of, host, lambda k: lib.get_function(k.func.name), lib)
-
-
-def _check_arena(runner: Any) -> None:
-    """MemoryLimitError before a run when the limit in force is below the planned arena (a model built or
-    saved without the limit); a counted run checks its order's peak itself."""
-    report = runner.memory_report() if isinstance(runner, AotExecutor) else None
-    if report is not None and report.strategy == "arena":
-        sizes.check_bytes(f"the arena of intermediate tensors (memory strategy 'arena'; live-bytes peak "
-                          f"{report.lower_bound} bytes, naive sum {report.naive_bytes} bytes)", report.arena_bytes)
-
-
-def _info(name: str, t: Any) -> TensorInfo:
-    if not isinstance(t, TensorType) or t.shape is None:
-        return TensorInfo(name, None, str(t))
-    return TensorInfo(name, tuple(d.name if isinstance(d, SizeVar) else d if isinstance(d, int) else "?"
-                                  for d in t.shape), t.dtype)

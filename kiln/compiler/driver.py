@@ -22,7 +22,6 @@ from kiln.compiler.compiled_model import CompiledModel
 from kiln.compiler.fuse import fuse
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.memory_order import DEFAULT_BUDGET_S
-from kiln.compiler.memory_plan import check_strategy
 from kiln.compiler.model_dims import is_static, with_input_shapes
 from kiln.compiler.report import BuildReport, CountingCache
 from kiln.compiler.specialize import compile_specialized
@@ -30,6 +29,7 @@ from kiln.errors import AotError, KilnError
 from kiln.ir import sizes
 from kiln.ir.module import IRModule, param_bytes
 from kiln.runtime import artifact
+from kiln.runtime.aot_executor import check_strategy
 from kiln.runtime.dataflow_executor import DataflowExecutor
 from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.target import Target
@@ -158,7 +158,7 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
     if kind == "dataflow":
         report.add("schedule", 0.0, aot.schedule.note, progress)
-    return CompiledModel(aot.mod, kind, aot, opt_level, report, tuned, target=ctx.target)
+    return CompiledModel(aot.mod, kind, aot, opt_level, target=ctx.target, report=report, tuned=tuned)
 
 
 def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
@@ -178,7 +178,7 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                         cc=ctx.target.cc, flags=flags, cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
-    return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)
+    return CompiledModel(fused, "graph", cm, opt_level, target=ctx.target, report=report, tuned=tuned)
 
 
 def _compiled(report: BuildReport, cache: CountingCache, kernels: int, progress: Callable[[str], None] | None):

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from kiln.compiler.memory_order import DEFAULT_BUDGET_S, OrderSearch, build_graph, heuristic_orders, min_peak_order
 from kiln.compiler.memory_pack import arena_size, pack
-from kiln.errors import KilnError, MemoryLimitError
+from kiln.errors import MemoryLimitError
 from kiln.ir.aligned import ALIGN  # noqa: F401  (re-exported)
 from kiln.ir.sizes import format_bytes
+from kiln.runtime.aot_executor import check_strategy
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,6 @@ class MemoryPlan:
     search: OrderSearch  # the minimum-peak search (its order, peak, time, exactness)
 
 
-STRATEGIES = ("arena", "counted")
 
 
 def plan_memory(steps: Sequence[Step], sizes: dict[Hashable, int], limit: int | None = None, *,
@@ -115,6 +115,3 @@ def _plan_for_order(steps: Sequence[Step], sizes: dict[Hashable, int], order: tu
                       sum(sizes.values()), search)
 
 
-def check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise KilnError(f"memory strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")

@@ -1,7 +1,8 @@
 """The name -> operator table (TVM's `Op.get`): ir finds an operator by name without importing kiln.op.
 
 kiln.op's `define_op` fills it (kiln.op.REGISTRY is this same dict); the IR parser looks names up here.
-Importing `kiln` imports kiln.op, so the table is full whenever a parse can run through the package.
+`kiln.ir` reached through the package (`import kiln; kiln.ir.parse(...)`) imports kiln.op first, and so does
+the runtime (its interpreter), so the table is full whenever a parse runs through them.
 """
 
 from __future__ import annotations

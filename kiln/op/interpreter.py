@@ -18,9 +18,10 @@ import numpy as np
 from kiln.errors import EvaluationError, InputError, KilnError, MemoryLimitError
 from kiln.ir import dtype as _dt
 from kiln.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc
-from kiln.ir.types import OptionalType, SeqType, SizeVar, TensorType, TupleType, Type
+from kiln.ir.types import TensorType, TupleType, Type
 
 
 class Scope:
@@ -191,41 +192,6 @@ def _check_outputs(t: Type | None, what: str) -> None:
 
 def _truth(v: Any) -> bool:
     return bool(np.asarray(v).reshape(-1)[0]) if np.asarray(v).size else False
-
-
-def check_input(name: str, value: Any, t: Type, dims: dict[str, int]) -> Any:
-    """Check a run-time input against its declared type; binds symbolic dims in `dims`."""
-    if isinstance(t, TensorType):
-        if not isinstance(value, np.ndarray):
-            if isinstance(value, (list, tuple)) or value is None:
-                raise InputError(f"input '{name}' must be a tensor of {t}, got {type(value).__name__}")
-            value = np.asarray(value)
-        want = _dt.to_numpy(t.dtype)
-        got = _dt.from_numpy(value.dtype) if value.dtype.kind != "U" else "string"
-        if got != t.dtype:
-            raise InputError(f"input '{name}' has dtype {value.dtype}; expected {t.dtype}")
-        if value.dtype.kind == "U":
-            value = value.astype(want)
-        if t.shape is not None:
-            if value.ndim != len(t.shape):
-                raise InputError(f"input '{name}' has shape {value.shape}; expected rank {len(t.shape)} "
-                                 f"({t})")
-            for i, (d, n) in enumerate(zip(t.shape, value.shape)):
-                if isinstance(d, int) and d != n:
-                    raise InputError(f"input '{name}' has shape {value.shape}; expected dim {i} = {d} ({t})")
-                if isinstance(d, SizeVar) and d.name != "?":
-                    if dims.setdefault(d.name, n) != n:
-                        raise InputError(f"input '{name}' dim {i} is {n} but symbolic dim '{d.name}' "
-                                         f"is already {dims[d.name]} from another input")
-        return value
-    if isinstance(t, SeqType):
-        if not isinstance(value, (list, tuple)):
-            raise InputError(f"input '{name}' must be a sequence (list), got {type(value).__name__}")
-        # each element binds its own symbolic dims: elements of one sequence may differ in size
-        return [check_input(f"{name}[{i}]", v, t.elem, dict(dims)) for i, v in enumerate(value)]
-    if isinstance(t, OptionalType):
-        return None if value is None else check_input(name, value, t.elem, dims)
-    return value
 
 
 def evaluate(mod: IRModule, feeds: dict[str, Any]) -> list[Any]:

@@ -13,17 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import KernelError
-from kiln.codegen.aot_source import ENTRY, FAILED_CALL, PROFILE_ENTRY
+from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY
 from kiln.codegen.module import kernel_error_text
-from kiln.errors import InputError
+from kiln.errors import InputError, KernelError, KilnError
 from kiln.ir.aligned import aligned, aligned_empty
 from kiln.ir.dtype import to_numpy
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc, check_bytes
 from kiln.ir.types import TensorType
-from kiln.op.interpreter import check_input
 from kiln.runtime.thread_pool import running
+
+STRATEGIES = ("arena", "counted")  # how a build lays out its intermediates (kiln.build's memory_strategy)
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise KilnError(f"memory strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
 
 
 @dataclass(frozen=True)

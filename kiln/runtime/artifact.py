@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
+import kiln.op  # noqa: F401  (fills the operator table that parsing the saved graph reads)
 from kiln.codegen import loader, pool_library
-from kiln.codegen.c_source import FuncInfo
 from kiln.codegen.compiler import FLAGS
+from kiln.codegen.func_info import FuncInfo
+from kiln.codegen.kernel import Kernel
 from kiln.codegen.kernel_binding import size_bindings
 from kiln.codegen.kernel_signature import decode_signature, encode_params
-from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
 from kiln.errors import ArtifactError, KilnError
 from kiln.ir.expr import Function, Tuple

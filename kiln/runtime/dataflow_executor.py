@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import KernelError, openmp_env
-from kiln.codegen.aot_source import COPY_ENTRY, STEPS_ENTRY
+from kiln.codegen.aot_abi import COPY_ENTRY, STEPS_ENTRY
 from kiln.codegen.module import kernel_error_text
 from kiln.ir.module import IRModule
 from kiln.op.interpreter import check_input

@@ -20,16 +20,17 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.kernel import Kernel
 from kiln.codegen.kernel_binding import Binding, empty_outputs, output_buffers, scalar_params
-from kiln.codegen.lower_fused import Kernel
 from kiln.codegen.module import CFunction
 from kiln.errors import KernelError, MemoryLimitError
 from kiln.ir.aligned import aligned
 from kiln.ir.expr import Call, Expr, Function, Op, Var
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.ir.sizes import check_alloc
 from kiln.ir.visitor import post_order
-from kiln.op.interpreter import Interpreter, Scope, check_input
+from kiln.op.interpreter import Interpreter, Scope
 from kiln.runtime.shape_eval import output_shapes
 from kiln.runtime.specialize import CompileSpecialized, Specializer
 from kiln.runtime.thread_pool import running

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.errors import KilnError
+from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
-from kiln.op.interpreter import check_input
 
 MAX_SHAPES = 4  # static builds kept per model: each holds its own packed weights and arena
 MAX_BUILDS = 16  # static builds made per model in all, evicted ones included

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.codegen.c_types import CodegenError
 from kiln.codegen.shape_value import shape_value
+from kiln.errors import CodegenError
 from kiln.ir.sizes import check_alloc
 from kiln.tir import expr as E
 from kiln.tir.functor import walk
