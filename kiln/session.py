@@ -2,13 +2,13 @@
 
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
 `CompiledModel.export` / `kiln compile` (loaded without compiling, or importing the compiler).
-`threads` is how many cores the kernels run on. With Kiln threading (target -threading=kiln) the session holds a partition of that
-many cores of the process's pool (kiln.runtime.thread_pool), disjoint from other sessions' where the
-cores allow, and runs on it. With OpenMP threading it caps the OpenMP threads, set on the calling
-thread before every run, because OpenMP keeps the setting per thread. Without `threads`, a model
-built for fewer cores than this machine has (its target's `cores`) runs that many threads: its
-parallel loops were split for them, and more threads would share them unevenly. Otherwise every
-core is used.
+`threads` is how many cores the kernels run on. With Kiln threading (target -threading=kiln) the
+session holds a partition of that many cores of the process's pool (kiln.runtime.thread_pool),
+disjoint from other sessions' where the cores allow, and runs on it. With OpenMP threading it caps
+the OpenMP threads, set on the calling thread before every run, because OpenMP keeps the setting per
+thread. Without `threads`, a model built for fewer cores than this machine has (its target's
+`cores`) runs that many threads: its parallel loops were split for them, and more threads would
+share them unevenly. Otherwise every core is used.
 """
 
 from __future__ import annotations
