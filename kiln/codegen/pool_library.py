@@ -15,9 +15,12 @@ import ctypes
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kiln.codegen.cache import CompileCache
 from kiln.errors import KilnError
+
+if TYPE_CHECKING:
+    from kiln.codegen.cache import CompileCache
 
 POOL_DIR = Path(__file__).with_name("pool")
 HEADER = Path(__file__).with_name("kiln_pool.h")
@@ -38,6 +41,10 @@ def source() -> str:
 def build(cc: str = "gcc", cache: CompileCache | None = None) -> Path:
     """The pool library for this machine's compiler, from the compile cache or built into it
     (CompilerNotFoundError without `cc`)."""
+    # NOTE: imported here: the compile cache pulls in the C generator's module splitting, which a process
+    # that loads a compiled model (carrying its pool) never needs
+    from kiln.codegen.cache import CompileCache
+
     return (cache or CompileCache()).build(source(), cc, FLAGS)
 
 
