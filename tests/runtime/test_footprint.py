@@ -14,9 +14,9 @@ import pytest
 
 import kiln
 from kiln.cli import main as kiln_main
-from kiln.compiler import CompiledModel
 from kiln.errors import InputError
 from kiln.models import mlp, small_cnn
+from kiln.runtime.model import Model
 from kiln.runtime.process_memory import file_pages, resident_bytes
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_kiln_show_dir_says_why_it_did_not_run(tmp_path, capsys, monkeypatch):
     def refuse(self, feeds):
         raise InputError("input 'x' cannot be random")
 
-    monkeypatch.setattr(CompiledModel, "run", refuse)
+    monkeypatch.setattr(Model, "run", refuse)
     assert kiln_main(["show", str(out)]) == 0
     text = capsys.readouterr().out
     assert "(not run on random inputs: input 'x' cannot be random)" in text and "resident after a run: -" in text
