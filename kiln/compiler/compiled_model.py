@@ -1,22 +1,29 @@
-"""`CompiledModel`: what kiln.build returns, the optimized model with the executor that runs it."""
+"""`CompiledModel`: what kiln.build returns, the optimized model with the executor that runs it.
+
+Besides `run`, `run_async` (a Future; runs overlap, kiln.runtime.async_runs) and, for an AOT model,
+`start`: a run that can be cancelled and resumed (kiln.runtime.run_handle)."""
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.report import BuildReport
+from kiln.errors import AotError
 from kiln.ir import sizes
 from kiln.ir.module import IRModule
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
+from kiln.runtime.async_runs import RunQueue
 from kiln.runtime.executor import GraphExecutor
+from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.shape_specialized import ShapeSpecialized
-from kiln.target import Target, compiler_identity, find_compiler
+from kiln.target import Target, compiler_identity, find_compiler, host_cores
 from kiln.tune.apply import Tuned
 
 
@@ -42,12 +49,26 @@ class CompiledModel:
     per_shape: ShapeSpecialized | None = None  # static builds per input shapes, the graph runner behind them
     target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
     memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
+    queue: RunQueue = field(default_factory=lambda: RunQueue(host_cores()), repr=False, compare=False)
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.memory_limit is None:
             return self._run(feeds)
         with sizes.memory_limit(self.memory_limit):
             return self._run(feeds)
+
+    def run_async(self, feeds: dict[str, Any]) -> Future:
+        """`run(feeds)` on one of the model's worker threads; the Future holds its outputs or its error."""
+        return self.queue.submit(self.run, feeds)
+
+    def start(self, feeds: dict[str, Any]) -> PreemptibleRun:
+        """A run that can be cancelled and resumed (AotExecutor.start); it takes its arena now,
+        under the model's memory limit."""
+        if not isinstance(self.runner, AotExecutor) or self.per_shape is not None:
+            raise AotError("only a model compiled ahead of time (static input shapes, executor='aot') "
+                                f"runs preemptibly; this one runs on the {self.executor} executor")
+        with sizes.memory_limit(self.memory_limit):
+            return self.runner.start(feeds)
 
     def _run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:

@@ -18,7 +18,7 @@ import numpy as np
 from kiln.codegen import KernelError
 from kiln.codegen.aot_source import ENTRY, FAILED_CALL, PROFILE_ENTRY, RUN_FROM_ENTRY
 from kiln.codegen.module import kernel_error_text
-from kiln.errors import InputError, KilnError, RunStateError
+from kiln.errors import ArtifactError, InputError, KilnError
 from kiln.ir.aligned import aligned
 from kiln.ir.dtype import to_numpy
 from kiln.ir.module import IRModule
@@ -105,7 +105,7 @@ class AotExecutor:
         other, `resume()` it after a preemption (kiln.runtime.run_handle). It holds an arena from
         now on, so a run beyond the memory limit fails here, before any kernel."""
         if self._run_from is None:
-            raise RunStateError(f"this model's library has no {RUN_FROM_ENTRY} (it was compiled by an older "
+            raise ArtifactError(f"this model's library has no {RUN_FROM_ENTRY} (it was compiled by an older "
                                 "Kiln); compile it again to run it preemptibly")
         arrays = self._inputs(feeds)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
