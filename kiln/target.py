@@ -7,6 +7,11 @@ lowering. `str(target)` is a canonical one-line text and `Target.parse` reads it
 partial text leaves out come from the host:
 
     c -arch=x86_64 -features=avx,avx2,fma -vector-bits=256 -vector-registers=16 -l1d=32K -l2=1M -l3=32M -cores=2 -cc=gcc
+      -threading=openmp
+
+`-threading` says how kernels run their parallel loops: `openmp` (libgomp's process-wide team) or
+`kiln` (launches into Kiln's own thread pool, kiln/codegen/pool). The host's comes from the
+KILN_THREADING environment variable, else DEFAULT_THREADING.
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ GCC_FEATURE_FLAGS = {
     "avx512_vpopcntdq": "-mavx512vpopcntdq", "avx512_bf16": "-mavx512bf16", "avx512_fp16": "-mavx512fp16",
     "avx_vnni": "-mavxvnni", "amx_tile": "-mamx-tile", "amx_bf16": "-mamx-bf16", "amx_int8": "-mamx-int8",
 }
-OPTIONS = ("arch", "features", "vector-bits", "vector-registers", "l1d", "l2", "l3", "cores", "cc")
+OPTIONS = ("arch", "features", "vector-bits", "vector-registers", "l1d", "l2", "l3", "cores", "cc", "threading")
+THREADING = ("openmp", "kiln")
+DEFAULT_THREADING = "openmp"  # the threading of the host target when KILN_THREADING does not say
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 CACHE_DEFAULTS = {1: 32 << 10, 2: 1 << 20, 3: 8 << 20}  # where sysfs does not say (level -> bytes)
 _CURRENT: contextvars.ContextVar[Target | None] = contextvars.ContextVar("kiln_target", default=None)
@@ -64,6 +71,7 @@ class Target:
     l3_bytes: int = CACHE_DEFAULTS[3]
     cores: int = 1
     cc: str = "gcc"
+    threading: str = DEFAULT_THREADING
 
     @classmethod
     def host(cls) -> Target:
@@ -96,6 +104,8 @@ class Target:
     def compiler_flags(self, base: tuple[str, ...]) -> tuple[str, ...]:
         """`base` (the compiler's flags for this machine, with -march=native) for this target: unchanged when
         the target is this machine, else -march=native replaced by the target's ISA spelled out."""
+        if self.threading == "kiln":  # `omp simd` stays; no OpenMP runtime is linked
+            base = tuple("-fopenmp-simd" if f == "-fopenmp" else f for f in base)
         if self.native:
             return base
         march = [f"-march={self.arch.replace('_', '-')}", "-mtune=generic"] if self.arch == "x86_64" else []
@@ -130,7 +140,7 @@ class Target:
         return " ".join([self.kind, f"-arch={self.arch}", f"-features={','.join(sorted(self.features))}",
                          f"-vector-bits={self.vector_bits}", f"-vector-registers={self.vector_registers}",
                          f"-l1d={_size(self.l1d_bytes)}", f"-l2={_size(self.l2_bytes)}", f"-l3={_size(self.l3_bytes)}",
-                         f"-cores={self.cores}", f"-cc={self.cc}"])
+                         f"-cores={self.cores}", f"-cc={self.cc}", f"-threading={self.threading}"])
 
 
 @contextlib.contextmanager
@@ -183,7 +193,8 @@ def _detect_host() -> Target:
     bits = default_vector_bits(arch, features)
     caches = _cache_sizes()
     return Target("c", arch, features, bits, default_vector_registers(bits), caches[1], caches[2], caches[3],
-                  host_cores())
+                  host_cores(), threading=_threading(os.environ.get("KILN_THREADING") or DEFAULT_THREADING,
+                                                     "the environment variable KILN_THREADING"))
 
 
 def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
@@ -233,6 +244,12 @@ def _int(text: str, option: str) -> int:
     return int(text)
 
 
+def _threading(text: str, where: str) -> str:
+    if text not in THREADING:
+        raise KilnError(f"{where}={text}: unknown threading mode; the modes are {', '.join(THREADING)}")
+    return text
+
+
 def _parse(text: str) -> Target:
     kind, *opts = text.split() or ["c"]
     if kind not in KINDS:
@@ -262,8 +279,10 @@ def _with_options(base: Target, given: dict[str, str]) -> Target:
     sizes = {level: _bytes(given[level], level) if level in given else getattr(base, f"{level}_bytes")
              for level in ("l1d", "l2", "l3")}
     cores = _int(given["cores"], "cores") if "cores" in given else base.cores
+    threading = _threading(given["threading"], "target option -threading") if "threading" in given \
+        else base.threading
     return Target(base.kind, arch, features, bits, registers, sizes["l1d"], sizes["l2"], sizes["l3"], cores,
-                  given.get("cc", base.cc))
+                  given.get("cc", base.cc), threading)
 
 
 # The compiler on this machine is part of the machine: what it is and what -march=native means here.

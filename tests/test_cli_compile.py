@@ -25,7 +25,7 @@ def test_compile_reports_stages_then_run_loads_the_directory(cnn_path, tmp_path,
     text = capsys.readouterr().out
     for stage in ("import", "passes", "lower", "compile", "export"):
         assert f"  {stage} " in text
-    assert "aot executor" in text and sorted(os.listdir(out)) == ["model.json", "model.so", "weights.npz"]
+    assert "aot executor" in text and sorted(os.listdir(out)) == ["kiln_pool.so", "model.json", "model.so", "weights.npz"]
     assert main(["compile", cnn_path, "-o", str(out), "--dim", "N=1"]) == 0
     assert "from the compile cache" in capsys.readouterr().out
     assert main(["run", str(out), "--output-dir", str(tmp_path / "outs")]) == 0

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from kiln.codegen.aot_source import Copy, KernelCall
 from kiln.codegen.c_source import CSource
 from kiln.codegen.cache import CompileCache
+from kiln.target import Target
 from kiln.tir.stmt import PrimFunc
 
 
@@ -36,11 +37,13 @@ class Backend(ABC):
     runtime_header: Path
 
     @abstractmethod
-    def render_kernels(self, funcs: Sequence[PrimFunc]) -> CSource:
-        """One module holding each of `funcs` behind the uniform kernel ABI (kiln_runtime.h)."""
+    def render_kernels(self, funcs: Sequence[PrimFunc], target: Target | None = None) -> CSource:
+        """One module holding each of `funcs` behind the uniform kernel ABI (kiln_runtime.h), for `target`
+        (default: the host; its threading decides how parallel loops are spelled)."""
 
     @abstractmethod
-    def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
+    def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
+                   target: Target | None = None) -> CSource:
         """The kernels of `funcs` and one entry that runs `calls` in order, then `copies`."""
 
     @abstractmethod

@@ -9,6 +9,7 @@ from typing import Any
 from kiln.codegen.backend import Backend, Library
 from kiln.codegen.c_backend import CBackend
 from kiln.errors import CodegenError
+from kiln.target import Target
 from kiln.tir.stmt import PrimFunc
 
 BACKENDS: dict[str, Backend] = {"c": CBackend()}
@@ -22,9 +23,11 @@ def get_backend(kind: str) -> Backend:
     return backend
 
 
-def build_library(funcs: Sequence[PrimFunc], name: str = "module", *, kind: str = "c", **options: Any) -> Library:
-    """Render `funcs` as one kernel library, compile it (or take it from the compile cache: `cache=`)
-    and load it. `options` go to the backend's `compile` (the C backend's: cache, cc, flags)."""
+def build_library(funcs: Sequence[PrimFunc], name: str = "module", *, kind: str = "c", target: Target | None = None,
+                  **options: Any) -> Library:
+    """Render `funcs` as one kernel library for `target` (default: the host), compile it (or take it from
+    the compile cache: `cache=`) and load it. `options` go to the backend's `compile` (the C backend's:
+    cache, cc, flags)."""
     backend = get_backend(kind)
-    source = backend.render_kernels(funcs)
+    source = backend.render_kernels(funcs, target)
     return backend.load(name, source, backend.compile(source.code, **options))

@@ -2,7 +2,8 @@
 compile cache, loaded with ctypes.
 
 How each tir node is spelled lives in the CRules tables (kiln.codegen.c_rules). A C-family backend
-subclasses CBackend and sets `rules = C_RULES.extend(...)` with only the spellings that differ.
+subclasses CBackend and sets `rules = C_RULES.extend(...)` with only the spellings that differ (and
+`pool_rules`, the same with parallel loops launched into Kiln's pool, for targets with -threading=kiln).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from pathlib import Path
 
 from kiln.codegen.aot_source import Copy, KernelCall, generate_aot
 from kiln.codegen.backend import Backend
-from kiln.codegen.c_rules import C_RULES, CRules
+from kiln.codegen.c_rules import C_RULES, POOL_RULES, CRules
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.cache import CompileCache
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.module import CModule
+from kiln.target import Target
 from kiln.tir.stmt import PrimFunc
 
 
@@ -26,12 +28,18 @@ class CBackend(Backend):
     kind = "c"
     runtime_header = RUNTIME_HEADER
     rules: CRules = C_RULES
+    pool_rules: CRules = POOL_RULES
 
-    def render_kernels(self, funcs: Sequence[PrimFunc]) -> CSource:
-        return generate(funcs, self.rules, self.runtime_header)
+    def rules_for(self, target: Target | None) -> CRules:
+        """The rules of `target`'s threading (default: the host's)."""
+        return self.pool_rules if (target or Target.host()).threading == "kiln" else self.rules
 
-    def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy]) -> CSource:
-        return generate_aot(funcs, calls, copies, self.rules, self.runtime_header)
+    def render_kernels(self, funcs: Sequence[PrimFunc], target: Target | None = None) -> CSource:
+        return generate(funcs, self.rules_for(target), self.runtime_header)
+
+    def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
+                   target: Target | None = None) -> CSource:
+        return generate_aot(funcs, calls, copies, self.rules_for(target), self.runtime_header)
 
     def compile(self, code: str, *, cache: CompileCache | None = None, cc: str = "gcc",
                 flags: tuple[str, ...] = FLAGS) -> Path:

@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
-from kiln.codegen import c_expr, c_stmt, intrinsics
+from kiln.codegen import c_expr, c_launch, c_stmt, intrinsics
 from kiln.codegen.c_types import STORAGE_CTYPE
+from kiln.target import Target
 
 
 @dataclass(frozen=True)
@@ -41,3 +42,10 @@ C_RULES = CRules(
     vector_native=MappingProxyType(c_expr.VECTOR_NATIVE), stmt=MappingProxyType(c_stmt.STMT_RULES),
     intrinsic=MappingProxyType(intrinsics.INTRINSIC_RULES), storage_ctype=MappingProxyType(STORAGE_CTYPE),
 )
+# Kiln threading: parallel loops launch into Kiln's thread pool (kiln.codegen.c_launch)
+POOL_RULES = C_RULES.extend(stmt=c_launch.LAUNCH_RULES)
+
+
+def rules_for(target: Target) -> CRules:
+    """The C rules for `target`'s threading: OpenMP pragmas, or launches into Kiln's pool."""
+    return POOL_RULES if target.threading == "kiln" else C_RULES

@@ -20,8 +20,8 @@ from typing import Any
 
 from kiln.codegen import runtime_lib
 from kiln.codegen.c_rules import C_RULES, CRules
-from kiln.codegen.c_stmt import FunctionPrinter
-from kiln.codegen.c_types import ERROR_FLAG, CodegenError, ModuleDecls, is_float_value, scalar_ctype
+from kiln.codegen.c_stmt import EXIT_LABEL, FunctionPrinter
+from kiln.codegen.c_types import BODY_SYMBOL, ERROR_FLAG, CodegenError, ModuleDecls, is_float_value, scalar_ctype
 from kiln.codegen.names import NameScope
 from kiln.tir.expr import Var, elem_of
 from kiln.tir.stmt import Buffer, PrimFunc
@@ -48,7 +48,7 @@ class CSource:
 # a PrimFunc attr holding its RenderedFunc (a kernel from the kernel cache has no loops to print)
 RENDERED_ATTR = "c_rendered"
 UNIT_MARK = "/* kiln:unit */"  # starts each function's part of the module (cache.py splits there)
-_FN, _BODY = "@KILN_FN@", "@KILN_BODY@"  # symbol placeholders: '@' never appears in generated C
+_FN, _BODY = "@KILN_FN@", BODY_SYMBOL  # symbol placeholders: '@' never appears in generated C
 _LINKAGE = "#ifndef KILN_BODY\n#define KILN_BODY static\n#endif"
 
 
@@ -61,19 +61,19 @@ class RenderedFunc:
     externs: tuple[tuple[str, str], ...] = ()
     prototype: str = ""  # the typed body's declaration, placeholder symbol
     body: Any = field(default=None, compare=False, repr=False)  # the Stmt it renders: a rewritten body re-renders
+    rules: Any = field(default=None, compare=False, repr=False)  # the CRules it was rendered with
 
 
 def render(f: PrimFunc, rules: CRules = C_RULES) -> RenderedFunc:
     """`f`'s C, independent of the module it ends up in (its printer's names are its own). A rendering
-    cached on `f` (RENDERED_ATTR, the kernel cache's) was made with C_RULES: other rules render afresh."""
+    cached on `f` (RENDERED_ATTR, the kernel cache's) is reused when it was made with `rules`."""
     cached = f.attr(RENDERED_ATTR)
-    if cached is not None and cached.body is f.body and rules is C_RULES:
+    if cached is not None and cached.body is f.body and cached.rules is rules:
         return cached
     decls = ModuleDecls()
-    code = _function(FuncInfo(f, _FN, _BODY), decls, rules)
-    head = code.split("\n", 1)[0]
+    code, head = _function(FuncInfo(f, _FN, _BODY), decls, rules)
     return RenderedFunc(code, tuple(decls.vector_types.items()), tuple(decls.externs.items()),
-                        head.removesuffix(" {") + ";", f.body)
+                        head.removesuffix(" {") + ";", f.body, rules)
 
 
 def generate(funcs: Sequence[PrimFunc], rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
@@ -115,11 +115,13 @@ def _unpack(p: Buffer | Var, k: int, rules: CRules) -> str:
     return f"({scalar_ctype(p.dtype)})args[{k}].{'f' if is_float_value(p.dtype) else 'i'}"
 
 
-def _function(info: FuncInfo, decls: ModuleDecls, rules: CRules) -> str:
-    """The typed body and its uniform-ABI wrapper. Buffers are `restrict` only when the PrimFunc
-    says its buffers never alias (attr noalias=True)."""
+def _function(info: FuncInfo, decls: ModuleDecls, rules: CRules) -> tuple[str, str]:
+    """(the code, the typed body's first line): the body and its uniform-ABI wrapper, after any
+    file-scope code the body needs. Buffers are `restrict` only when the PrimFunc says its buffers
+    never alias (attr noalias=True)."""
     f = info.func
     printer = FunctionPrinter(rules, NameScope(), decls, shape_bounds(f))
+    printer.func = f
     restrict = bool(f.attr("noalias", False))
     params = [_param_decl(p, printer.scope.get(p, p.name), restrict, rules) for p in f.params]
     # data-dependent dims (set by runtime-library calls) are in-out: a local copy, written back
@@ -131,7 +133,8 @@ def _function(info: FuncInfo, decls: ModuleDecls, rules: CRules) -> str:
              for v, p in inout.items()]
     if printer.uses_error_flag:
         head.append(f"  int32_t {ERROR_FLAG} = KILN_OK;")
-    tail = [f"  *{p} = (int64_t){printer.var(v)};" for v, p in inout.items()]
+    tail = [f"{EXIT_LABEL}:;"] if EXIT_LABEL in printer.jumps else []
+    tail += [f"  *{p} = (int64_t){printer.var(v)};" for v, p in inout.items()]
     tail += [f"  return {ERROR_FLAG if printer.uses_error_flag else 'KILN_OK'};", "}"]
     # NOTE: the slot of an in-out dim is written through a cast-away const (the caller's array is mutable)
     call = ", ".join(f"(int64_t*)&((kiln_value_t*)args)[{k}].i" if p in inout else _unpack(p, k, rules)
@@ -143,4 +146,5 @@ def _function(info: FuncInfo, decls: ModuleDecls, rules: CRules) -> str:
         f"  return {info.body_symbol}({call});",
         "}",
     ]
-    return "\n".join([*head, *printer.lines, *tail, *(w for w in wrapper if w is not None), ""])
+    code = "\n".join([*printer.preamble, *head, *printer.lines, *tail, *(w for w in wrapper if w is not None), ""])
+    return code, head[0]

@@ -19,6 +19,7 @@ from kiln.tir.expr import elem_of, lanes_of
 from kiln.tir.functor import substitute, walk
 from kiln.tir.transform.simplify import loop_range
 
+EXIT_LABEL = "kiln_exit"  # the function's end, where a failure with no heap temporary to free jumps
 STACK_ALLOC_MAX_BYTES = 16384  # larger (or symbolic) allocations go to the heap
 UNROLL_UNKNOWN_EXTENT = 4  # `#pragma GCC unroll` factor when the extent is symbolic
 
@@ -31,6 +32,10 @@ class FunctionPrinter(ExprPrinter):
         self.lines: list[str] = []
         self.depth = 1
         self.in_parallel = self.in_simd = self.uses_error_flag = False
+        self.func = None  # the PrimFunc being printed (c_source sets it)
+        self.heap: list[str] = []  # the enclosing heap temporaries, innermost last
+        self.jumps: set[str] = set()  # labels a failed launch jumps to (Kiln threading: kiln.codegen.c_launch)
+        self.preamble: list[str] = []  # file-scope code the function needs before it (lifted tasks)
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -45,6 +50,22 @@ class FunctionPrinter(ExprPrinter):
         self.depth += 1
         self.stmt(s)
         self.depth -= 1
+
+    def failure_exit(self) -> str:
+        """Where code that must stop the function jumps: the free of the innermost enclosing heap
+        temporary (which then jumps on outwards), else the function's end."""
+        label = f"kiln_free_{self.heap[-1]}" if self.heap else EXIT_LABEL
+        self.jumps.add(label)
+        return label
+
+    def free(self, name: str) -> None:
+        """Free heap temporary `name` at the end of its block; a failure inside jumps here first."""
+        label = f"kiln_free_{name}"
+        if label not in self.jumps:
+            self.emit(f"  free({name});")
+            return
+        self.emit(f"  {label}: free({name});")
+        self.emit(f"  if ({ERROR_FLAG} != KILN_OK) goto {self.failure_exit()};")
 
 
 def _store(p: FunctionPrinter, s: S.BufferStore) -> None:
@@ -171,8 +192,10 @@ def _allocate(p: FunctionPrinter, s: S.Allocate) -> None:
         p.emit(f"{ct}* {name} = ({ct}*)kiln_alloc((int64_t)({p.expr(count)}) * (int64_t)sizeof({ct}));")
         p.emit(f"if ({name} == NULL) {{ __atomic_store_n(&{ERROR_FLAG}, KILN_ERR_ALLOC, __ATOMIC_RELAXED); }}"
                " else {")
+        p.heap.append(name)
         p.block(s.body)
-        p.emit(f"  free({name});")
+        p.heap.pop()
+        p.free(name)
         p.emit("}")
     p.depth -= 1
     p.emit("}")

@@ -15,6 +15,9 @@ from kiln.tir.expr import elem_of, lanes_of
 # a kernel's error flag: allocation failures, runtime-library errors and bad gathered indices set it
 # (atomically, from any thread); the kernel returns it
 ERROR_FLAG = "_kerr"
+# the placeholder of a function's typed-body symbol in its rendering (kiln.codegen.c_source); code placed
+# beside the body (lifted tasks) names itself after it
+BODY_SYMBOL = "@KILN_BODY@"
 
 VALUE_CTYPE = {
     "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",

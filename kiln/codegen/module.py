@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.codegen import openmp_env
+from kiln.codegen import loader
 from kiln.codegen.c_source import CSource, FuncInfo
 from kiln.codegen.c_types import is_float_value
 from kiln.codegen.shape_value import shape_value
@@ -41,7 +41,7 @@ def kernel_error_text(rc: int) -> str:
 class CModule:
     def __init__(self, name: str, source: CSource, path: Path):
         self.name, self.source, self.path = name, source, path
-        self.lib = openmp_env.load_library(path)
+        self.lib = loader.load_library(path)
 
     def get_function(self, name: str) -> CFunction:
         if name not in self.source.functions:

@@ -76,6 +76,10 @@ class NameScope:
             self._keep.append(obj)
         return self._by_obj[key]
 
+    def owns(self, obj: object) -> bool:
+        """Whether `obj` got its identifier in this scope (not in a parent)."""
+        return id(obj) in self._by_obj
+
     def lookup(self, obj: object) -> str | None:
         found = self._by_obj.get(id(obj))
         if found is None and self.parent is not None:

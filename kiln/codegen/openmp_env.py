@@ -43,12 +43,6 @@ def configure(env: MutableMapping[str, str] = os.environ) -> None:
     env.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
 
 
-def load_library(path: str | os.PathLike) -> ctypes.CDLL:
-    """A library that may link libgomp (a kernel library, libgomp itself), loaded after configure()."""
-    configure()
-    return ctypes.CDLL(str(path))
-
-
 def set_num_threads(library) -> Any:
     """omp_set_num_threads of the OpenMP runtime a kernel library's kernels use (the library's own
     libgomp, or the process's when the linker dropped it); None without kernels or OpenMP."""
@@ -57,5 +51,6 @@ def set_num_threads(library) -> Any:
     fn = getattr(library.lib, "omp_set_num_threads", None)
     if fn is None:
         name = ctypes.util.find_library("gomp")
-        fn = getattr(load_library(name), "omp_set_num_threads", None) if name else None
+        configure()
+        fn = getattr(ctypes.CDLL(name), "omp_set_num_threads", None) if name else None
     return fn

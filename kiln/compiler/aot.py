@@ -173,7 +173,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
              for i in plan.order]
     backend = get_backend(target.kind)
-    source = backend.render_aot([k.func for k in lowered], calls, copies)
+    source = backend.render_aot([k.func for k in lowered], calls, copies, target)
     path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
     report = MemoryReport(plan.arena_bytes, plan.lower_bound, plan.naive_bytes,
                           tuple(graph.steps[i].name for i in plan.order), sum(w.nbytes for w in graph.weights),

@@ -140,8 +140,8 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
     flags = ctx.target.compiler_flags(FLAGS)
-    lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, cc=ctx.target.cc, flags=flags,
-                        cache=cache) if lowered else None
+    lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, target=ctx.target,
+                        cc=ctx.target.cc, flags=flags, cache=cache) if lowered else None
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
     return CompiledModel(fused, "graph", cm, opt_level, report, tuned, target=ctx.target)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen import runtime_lib
+from kiln.codegen.c_rules import CRules, rules_for
 from kiln.codegen.c_source import RENDERED_ATTR, RenderedFunc, render
 from kiln.codegen.cache import atomic_write, default_cache_dir
 from kiln.codegen.kernel_signature import decode_signature, encode_params
@@ -99,14 +100,15 @@ class KernelCache:
         # NOTE: inside someone else's knob context (a tuner exploring) the key would miss its config
         outer = knobs._ACTIVE.get() is not None
         path = None if outer else self.path(kernel_key(fn, config, target.key))
-        kernel = self._load(path, fn, name) if path is not None else None
+        rules = rules_for(target)
+        kernel = self._load(path, fn, name, rules) if path is not None else None
         if kernel is not None:
             self.hits += 1
             return kernel
         self.misses += 1
         with lowering(fn, tuned):
             k = lower_primitive(fn, name, target=target)
-        rendered = render(k.func)  # NOTE: raises for a group the C backend cannot spell
+        rendered = render(k.func, rules)  # NOTE: raises for a group the C backend cannot spell
         func = dataclasses.replace(k.func, attrs=(*k.func.attrs, (RENDERED_ATTR, rendered)))
         kernel = dataclasses.replace(k, func=func)
         if path is None or _const_specs(group_constants(fn)) != _const_specs(k.constants):
@@ -117,7 +119,7 @@ class KernelCache:
             atomic_write(path, json.dumps(record).encode())
         return kernel
 
-    def _load(self, path: Path, fn: Function, name: str) -> Kernel | None:
+    def _load(self, path: Path, fn: Function, name: str, rules: CRules) -> Kernel | None:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -128,7 +130,7 @@ class KernelCache:
                 return None
             decls = (tuple(map(tuple, record[k])) for k in ("vector_types", "externs"))
             stub = decode_signature(name, record["params"])
-            rendered = RenderedFunc(record["code"], *decls, record["prototype"], stub.body)
+            rendered = RenderedFunc(record["code"], *decls, record["prototype"], stub.body, rules)
             attrs = (*(tuple(a) for a in record["attrs"]), (RENDERED_ATTR, rendered))
             func = PrimFunc(name, stub.params, stub.body, attrs)
             sig = func.params if record["signature"] is None else decode_signature(name, record["signature"]).params

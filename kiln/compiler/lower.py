@@ -66,6 +66,6 @@ def build_graph_executor(mod: IRModule, opt_level: int = 2, ctx: PassContext | N
     target = ctx.target if ctx is not None else Target.host()
     fused = fuse(mod, opt_level, ctx)
     lowered, alias, host = lower_groups(fused, target=target)
-    lib = build_library([k.func for k in lowered], "model", kind=target.kind, cc=target.cc,
+    lib = build_library([k.func for k in lowered], "model", kind=target.kind, target=target, cc=target.cc,
                         flags=target.compiler_flags(FLAGS)) if lowered else None
     return assemble(fused, alias, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)

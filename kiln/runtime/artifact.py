@@ -1,6 +1,7 @@
 """A compiled model on disk: the library, the fused graph as JSON, the weights as .npz.
 
-DIR/model.so is the kernels' library; DIR/model.json holds the fused IR (Kiln's text form, weights
+DIR/model.so is the kernels' library and DIR/kiln_pool.so Kiln's thread pool they launch into (loaded
+first, so a deployed directory runs without gcc); DIR/model.json holds the fused IR (Kiln's text form, weights
 by reference), each kernel's calling convention, the model's inputs/outputs, the Kiln version, the
 compiler flags, the target it was built for (kiln.Target's string) and the sha256 of the other two files;
 DIR/weights.npz holds the weights (no pickle). Loading checks all of that before it trusts the
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import openmp_env
+from kiln.codegen import loader, pool_library
 from kiln.codegen.c_source import FuncInfo
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.kernel_binding import size_bindings
@@ -44,7 +45,7 @@ from kiln.version import __version__
 
 FORMAT = "kiln-compiled-model"
 FORMAT_VERSION = 2  # 2: the target string replaces the list of CPU features
-LIBRARY, GRAPH, WEIGHTS = "model.so", "model.json", "weights.npz"
+LIBRARY, GRAPH, WEIGHTS, POOL_LIBRARY = "model.so", "model.json", "weights.npz", "kiln_pool.so"
 def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
              function: Callable[[Kernel], CFunction], library: Any,
              compile_specialized: CompileSpecialized | None = None) -> GraphExecutor:
@@ -86,10 +87,11 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
             np.savez(f, **weights)
         if cm.library is not None:
             shutil.copyfile(cm.library.path, tmp / LIBRARY)
+            shutil.copyfile(pool_library.library_path(), tmp / POOL_LIBRARY)
         meta = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
             **info, "compiler_flags": list(Target.parse(info.get("target")).compiler_flags(FLAGS)),
-            "files": {n: _sha256(tmp / n) for n in (LIBRARY, WEIGHTS) if (tmp / n).exists()},
+            "files": {n: _sha256(tmp / n) for n in (LIBRARY, WEIGHTS, POOL_LIBRARY) if (tmp / n).exists()},
             "num_params": len(params), "graph": text, "kernels": kernels,
             "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
             "host_groups": list(cm.host_groups),
@@ -252,9 +254,10 @@ class LoadedLibrary:
 
     def __init__(self, path: Path):
         self.path = path.resolve()
+        pool = self.path.with_name(POOL_LIBRARY)
         try:
-            self.lib = openmp_env.load_library(self.path)
-        except OSError as e:
+            self.lib = loader.load_library(self.path, pool if pool.exists() else None)
+        except (OSError, KilnError) as e:
             raise ArtifactError(f"{path} cannot be loaded ({e})") from None
 
 

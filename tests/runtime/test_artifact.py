@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -44,7 +46,7 @@ def no_compiler(monkeypatch):
 
 
 def test_round_trip_of_an_aot_model_runs_without_compiling(static_model, exported, no_compiler):
-    assert sorted(os.listdir(exported)) == ["model.json", "model.so", "weights.npz"]
+    assert sorted(os.listdir(exported)) == ["kiln_pool.so", "model.json", "model.so", "weights.npz"]
     meta = json.loads((exported / "model.json").read_text())
     assert meta["kiln_version"] == kiln.__version__ and "-march=native" in meta["compiler_flags"]
     assert meta["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
@@ -143,3 +145,23 @@ def test_truncated_weights_are_an_error_even_when_the_digest_is_rewritten(export
     _edit_meta(exported, files={**meta["files"], "weights.npz": artifact._sha256(exported / "weights.npz")})
     with pytest.raises(ArtifactError, match="weights.npz is corrupt or incomplete"):
         kiln.load(exported)
+
+
+_RUN_WITHOUT_GCC = """
+import sys, numpy as np, kiln
+sess = kiln.load(sys.argv[1])
+x = np.random.default_rng(2).standard_normal((2, 3, 32, 32)).astype(np.float32)
+np.save(sys.argv[2], sess.run(None, {"image": x})[0])
+"""
+
+
+def test_a_deployed_directory_loads_its_own_pool_without_gcc(static_model, exported, tmp_path):
+    """A fresh process with no compiler on PATH and an empty cache loads the pool the directory carries."""
+    env = dict(os.environ, PATH="/nonexistent", KILN_CACHE_DIR=str(tmp_path / "empty-cache"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = tmp_path / "out.npy"
+    proc = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_GCC, str(exported), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    x = np.random.default_rng(2).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(np.load(out), static_model.run({"image": x})[0])

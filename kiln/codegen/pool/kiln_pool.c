@@ -1,0 +1,388 @@
+/* Kiln's thread pool: the implementation of kiln_pool.h (one library per process, loaded with
+ * RTLD_GLOBAL before any kernel library; kiln/codegen/pool_library.py builds and loads it).
+ *
+ * Workers. One persistent pthread per core of the pool, created the first time a launch needs it
+ * and kept for the life of the process. Worker i serves core i; with pinning it runs only on the
+ * i-th CPU this process may use. Core 0 has no worker: the thread that launches always works
+ * itself, as slot 0 of its partition. A worker with nothing to do spins for `spin_us`
+ * microseconds, then sleeps on a futex until a launch posts work to it.
+ *
+ * Partitions. kiln_run_begin binds a run to the calling thread with cores [first, first + num):
+ * its launches run on the caller plus the workers of cores first+1 .. first+num-1, never on
+ * another partition's workers, so two threads with disjoint partitions run side by side. Where
+ * partitions overlap (more sessions than cores), a launch posts to a worker only if that worker's
+ * mailbox is empty, and takes back at the end what no worker picked up: a busy worker never
+ * delays a launch, it only gives it fewer hands.
+ *
+ * Chunks. A launch splits [0, n) into chunks, numbered: grain 0 gives one near-equal contiguous
+ * range per slot of the partition (static), grain g gives ceil(n / g) chunks of g iterations
+ * (dynamic). Every participant takes the next chunk number from one atomic counter, so whoever is
+ * free works (a late worker's static range is done by the caller). Before taking a chunk a
+ * participant checks the launch's stop flag (an error) and the run's cancel flag: these are the
+ * checkpoints. The launch returns when every taken chunk has finished.
+ *
+ * Results. The first non-zero code a chunk returns is the launch's result, and no chunk starts
+ * after it. A cancel seen at a checkpoint stops the launch: KILN_PREEMPTED, unless every chunk
+ * had already been taken (then it completed, and the next launch of the run stops at once).
+ *
+ * Resuming. Chunks are taken in order and a checkpoint comes before the take, so when a launch
+ * stops the finished chunks are exactly the prefix [0, taken). The run block records the step
+ * (kiln_run_enter_step), the launch's ordinal within the step, its chunking and that prefix. When
+ * the same step runs again, launches are counted again from 0: the earlier ones re-run in full
+ * (they refill the kernel's local scratch buffers, which did not survive the stop); the recorded
+ * one, if its flags say RESUMABLE and its chunking is the same, starts at the first unfinished
+ * chunk; the record clears when that launch completes or another step is entered.
+ * Why skipping is safe:
+ *  - a kernel never writes what it reads (the memory plan gives outputs their own storage), so
+ *    re-running earlier launches recomputes exactly the values they wrote before;
+ *  - a RESUMABLE launch writes only the kernel's parameters (buffers that outlive the kernel) and
+ *    scratch it allocates per iteration, and nothing else in the kernel writes those parameters
+ *    (kiln.codegen.c_launch decides): its finished chunks' results are still in place and final;
+ *  - a kernel returns as soon as a launch returns non-zero, so nothing ran after the stop;
+ *  - the memory plan keeps a stopped run's live tensors: the arena is not reused until the run
+ *    completes or is abandoned.
+ * A run block belongs to one model run: a fresh run takes a fresh block (kiln_run_new), or its
+ * record of a stopped launch would apply to the new run's step of the same number.
+ *
+ * Threads without a run. A launch from a thread that has no bound run runs every iteration on the
+ * caller, in one call: a kernel called outside an executor (a test, the tuner) is serial. A
+ * launch from inside a task (a task that launches) also runs serially inside that task, and its
+ * chunks are part of the enclosing chunk (no checkpoints of its own).
+ *
+ * Beyond kiln_pool.h this library exports kiln_pool_configure and kiln_pool_cores for Kiln's
+ * runtime object (kiln/runtime/thread_pool.py, through ctypes). Linux only (futex, affinity). */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#ifndef KILN_POOL_H
+#include "kiln_pool.h"
+#endif
+
+#define KILN_POOL_OK 0
+#define KILN_POOL_BAD_ARG (-3) /* kiln_runtime.h's runtime-library code for an invalid argument */
+#define MAX_CORES 1024
+#define DEFAULT_SPIN_US 25
+#define WAIT_SPINS_BEFORE_YIELD 4096
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+typedef struct job {
+  kiln_task_fn fn;
+  void* closure;
+  int64_t n, grain, nchunks; /* grain 0: nchunks near-equal ranges; else chunks of grain iterations */
+  _Atomic int64_t next;      /* the next chunk to take */
+  _Atomic int32_t rc;        /* the first non-zero code a chunk returned */
+  _Atomic int32_t stop;      /* an error or a cancel was seen: no chunk starts any more */
+  _Atomic int32_t holders;   /* workers that took this job from their mailbox and have not left it */
+  _Atomic int32_t* cancel;   /* the bound run's cancel flag */
+} job_t;
+
+typedef struct {
+  _Alignas(64) _Atomic(job_t*) mailbox; /* a posted job not yet taken */
+  _Atomic uint32_t wake;                /* futex word: bumped by every post */
+  _Atomic int32_t sleeping;
+  int32_t core;
+  pthread_t thread;
+} worker_t;
+
+struct kiln_run {
+  _Atomic int32_t cancel;
+  int32_t first, num;      /* the partition */
+  int32_t step, launches;  /* the step entered last, launches started in it */
+  int32_t stopped;         /* a record of a stopped launch follows */
+  int32_t stop_step, stop_launch;
+  int64_t stop_n, stop_grain, stop_nchunks, stop_done;
+};
+
+static _Atomic(worker_t*) workers[MAX_CORES];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int32_t pool_cores = 0; /* 0: not configured, the CPUs this process may use */
+static _Atomic int32_t spin_us = DEFAULT_SPIN_US;
+static _Atomic int32_t pin = 0;
+static __thread kiln_run_t* bound_run = NULL;
+static __thread int32_t in_task = 0;
+
+static int32_t allowed_cpus(cpu_set_t* set) {
+  CPU_ZERO(set);
+  if (sched_getaffinity(0, sizeof(*set), set) != 0) return 1;
+  int32_t count = CPU_COUNT(set);
+  return count > 0 ? count : 1;
+}
+
+static int32_t cores(void) {
+  int32_t c = atomic_load_explicit(&pool_cores, memory_order_relaxed);
+  if (c > 0) return c;
+  cpu_set_t set;
+  c = allowed_cpus(&set);
+  return c < MAX_CORES ? c : MAX_CORES;
+}
+
+/* Worker `core` on the core-th CPU this process may use (wrapping), or on all of them. */
+static void place(worker_t* w, int32_t pinned) {
+  cpu_set_t allowed, one;
+  int32_t count = allowed_cpus(&allowed);
+  if (!pinned) {
+    pthread_setaffinity_np(w->thread, sizeof(allowed), &allowed);
+    return;
+  }
+  int32_t want = w->core % count, seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    if (seen++ == want) {
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(w->thread, sizeof(one), &one);
+      return;
+    }
+  }
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+static void futex(_Atomic uint32_t* word, int op, uint32_t value) {
+  syscall(SYS_futex, (uint32_t*)word, op, value, NULL, NULL, 0);
+}
+
+static void chunk_range(const job_t* j, int64_t c, int64_t* begin, int64_t* end) {
+  if (j->grain > 0) {
+    *begin = c * j->grain;
+    *end = j->n - *begin < j->grain ? j->n : *begin + j->grain;
+    return;
+  }
+  int64_t q = j->n / j->nchunks, r = j->n % j->nchunks;
+  *begin = c * q + (c < r ? c : r);
+  *end = *begin + q + (c < r ? 1 : 0);
+}
+
+/* Take chunks until none is left, a chunk failed, or the run is cancelled. */
+static void participate(job_t* j) {
+  int32_t outer = in_task;
+  in_task = 1;
+  for (;;) {
+    if (atomic_load_explicit(&j->stop, memory_order_relaxed)) break;
+    if (j->cancel != NULL && atomic_load_explicit(j->cancel, memory_order_relaxed)) {
+      atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
+      break;
+    }
+    int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (c >= j->nchunks) break;
+    int64_t begin, end;
+    chunk_range(j, c, &begin, &end);
+    int32_t rc = j->fn(j->closure, begin, end);
+    if (rc != KILN_POOL_OK) {
+      int32_t none = KILN_POOL_OK;
+      atomic_compare_exchange_strong(&j->rc, &none, rc);
+      atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
+    }
+  }
+  in_task = outer;
+}
+
+static void wait_for_post(worker_t* w) {
+  double deadline = now_us() + atomic_load_explicit(&spin_us, memory_order_relaxed);
+  for (uint32_t k = 1;; ++k) {
+    if (atomic_load_explicit(&w->mailbox, memory_order_relaxed) != NULL) return;
+    CPU_RELAX();
+    if ((k & 63) == 0 && now_us() >= deadline) break;
+  }
+  /* NOTE: sequentially consistent on both sides: a poster fills the mailbox, bumps `wake`, then reads
+   * `sleeping`; this thread reads `wake`, sets `sleeping`, then reads the mailbox. Either it sees the
+   * post, or the poster sees it asleep and wakes it, or the futex finds `wake` changed. */
+  uint32_t seen = atomic_load(&w->wake);
+  atomic_store(&w->sleeping, 1);
+  if (atomic_load(&w->mailbox) == NULL) futex(&w->wake, FUTEX_WAIT_PRIVATE, seen);
+  atomic_store(&w->sleeping, 0);
+}
+
+static void* worker_main(void* arg) {
+  worker_t* w = arg;
+  for (;;) {
+    job_t* j = atomic_exchange(&w->mailbox, NULL);
+    if (j == NULL) {
+      wait_for_post(w);
+      continue;
+    }
+    participate(j);
+    atomic_fetch_sub_explicit(&j->holders, 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static worker_t* worker(int32_t core) {
+  worker_t* w = atomic_load_explicit(&workers[core], memory_order_acquire);
+  if (w != NULL) return w;
+  pthread_mutex_lock(&pool_lock);
+  w = atomic_load_explicit(&workers[core], memory_order_acquire);
+  if (w == NULL) {
+    w = aligned_alloc(64, (sizeof(worker_t) + 63) / 64 * 64);
+    if (w != NULL) {
+      memset(w, 0, sizeof(*w));
+      w->core = core;
+      if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        free(w);
+        w = NULL;
+      } else {
+        pthread_detach(w->thread);
+        place(w, atomic_load(&pin));
+        atomic_store_explicit(&workers[core], w, memory_order_release);
+      }
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  return w; /* NULL when no thread could be started: the launch runs with fewer hands */
+}
+
+static void post(worker_t* w, job_t* j) {
+  atomic_fetch_add(&j->holders, 1);
+  job_t* empty = NULL;
+  if (!atomic_compare_exchange_strong(&w->mailbox, &empty, j)) {
+    atomic_fetch_sub(&j->holders, 1); /* busy with another partition's post: do without it */
+    return;
+  }
+  atomic_fetch_add(&w->wake, 1);
+  if (atomic_load(&w->sleeping)) futex(&w->wake, FUTEX_WAKE_PRIVATE, 1);
+}
+
+/* Take back a post no worker picked up, then wait for the workers that did. */
+static void collect(worker_t** posted, int32_t count, job_t* j) {
+  for (int32_t i = 0; i < count; ++i) {
+    job_t* mine = j;
+    if (atomic_compare_exchange_strong(&posted[i]->mailbox, &mine, NULL)) atomic_fetch_sub(&j->holders, 1);
+  }
+  for (uint32_t k = 1; atomic_load_explicit(&j->holders, memory_order_acquire) > 0; ++k) {
+    if (k % WAIT_SPINS_BEFORE_YIELD == 0) sched_yield();
+    else CPU_RELAX();
+  }
+}
+
+static int32_t is_record_of(const kiln_run_t* run, int32_t launch) {
+  return run->stopped && run->stop_step == run->step && run->stop_launch == launch;
+}
+
+int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t grain, int32_t flags) {
+  if (n <= 0) return KILN_POOL_OK;
+  kiln_run_t* run = bound_run;
+  if (run == NULL || in_task) return fn(closure, 0, n);
+  int32_t launch = run->launches++, total = cores();
+  int32_t first = run->first < total ? run->first : total - 1;
+  int32_t slots = run->num < total - first ? run->num : total - first;
+  if (slots < 1) slots = 1;
+  job_t j = {.fn = fn, .closure = closure, .n = n, .grain = grain > 0 ? grain : 0, .cancel = &run->cancel};
+  j.nchunks = grain > 0 ? (n - 1) / grain + 1 : (n < slots ? n : slots);
+  int64_t start = 0;
+  if (is_record_of(run, launch) && (flags & KILN_LAUNCH_RESUMABLE) && run->stop_n == n &&
+      run->stop_grain == j.grain && run->stop_nchunks == j.nchunks)
+    start = run->stop_done;
+  atomic_init(&j.next, start);
+  worker_t* posted[MAX_CORES];
+  int32_t count = 0;
+  int64_t helpers = j.nchunks - start - 1 < slots - 1 ? j.nchunks - start - 1 : slots - 1;
+  for (int32_t i = 1; i <= helpers; ++i) {
+    worker_t* w = worker(first + i);
+    if (w == NULL) continue;
+    post(w, &j);
+    posted[count++] = w;
+  }
+  participate(&j);
+  collect(posted, count, &j);
+  int32_t rc = atomic_load(&j.rc);
+  if (rc != KILN_POOL_OK) return rc;
+  int64_t taken = atomic_load(&j.next);
+  if (taken < j.nchunks) { /* stopped by a cancel: every taken chunk has finished */
+    run->stopped = 1;
+    run->stop_step = run->step;
+    run->stop_launch = launch;
+    run->stop_n = n;
+    run->stop_grain = j.grain;
+    run->stop_nchunks = j.nchunks;
+    run->stop_done = taken;
+    return KILN_PREEMPTED;
+  }
+  if (is_record_of(run, launch)) run->stopped = 0;
+  return KILN_POOL_OK;
+}
+
+kiln_run_t* kiln_run_new(void) {
+  kiln_run_t* run = calloc(1, sizeof(kiln_run_t));
+  if (run != NULL) {
+    run->num = 1;
+    run->step = -1;
+  }
+  return run;
+}
+
+void kiln_run_free(kiln_run_t* run) {
+  if (bound_run == run) bound_run = NULL;
+  free(run);
+}
+
+void kiln_run_begin(kiln_run_t* run, int32_t first_core, int32_t num_cores) {
+  run->first = first_core > 0 ? first_core : 0;
+  run->num = num_cores > 0 ? num_cores : 1;
+  run->launches = 0;
+  atomic_store(&run->cancel, 0);
+  bound_run = run;
+}
+
+void kiln_run_end(void) { bound_run = NULL; }
+
+void kiln_run_cancel(kiln_run_t* run) { atomic_store(&run->cancel, 1); }
+
+void kiln_run_enter_step(int32_t step) {
+  kiln_run_t* run = bound_run;
+  if (run == NULL) return;
+  if (run->stopped && run->stop_step != step) run->stopped = 0;
+  run->step = step;
+  run->launches = 0;
+}
+
+int32_t kiln_pool_abi(void) { return KILN_POOL_ABI; }
+
+/* The pool's size (cores, so workers 1..cores-1), how long an idle worker spins before it sleeps,
+ * and whether worker i runs only on the i-th allowed CPU. Workers already started keep running;
+ * their placement follows `pinned` at once. KILN_POOL_BAD_ARG for a size outside [1, MAX_CORES]
+ * or a negative spin. */
+int32_t kiln_pool_configure(int32_t num_cores, int32_t spin, int32_t pinned) {
+  if (num_cores < 1 || num_cores > MAX_CORES || spin < 0) return KILN_POOL_BAD_ARG;
+  pthread_mutex_lock(&pool_lock);
+  atomic_store(&pool_cores, num_cores);
+  atomic_store(&spin_us, spin);
+  if (atomic_exchange(&pin, pinned != 0) != (pinned != 0)) {
+    for (int32_t i = 0; i < MAX_CORES; ++i) {
+      worker_t* w = atomic_load(&workers[i]);
+      if (w != NULL) place(w, pinned != 0);
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  return KILN_POOL_OK;
+}
+
+int32_t kiln_pool_cores(void) { return cores(); }
+
+/* A forked child has none of the parent's threads: it starts its own workers when it launches. */
+static void forget_workers(void) {
+  for (int32_t i = 0; i < MAX_CORES; ++i) atomic_store(&workers[i], NULL);
+  pthread_mutex_init(&pool_lock, NULL);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, forget_workers);
+}
