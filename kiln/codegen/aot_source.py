@@ -117,7 +117,9 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
 def _run_from_entry(invoke: Sequence[str], copies: Sequence[Copy], preemptible: bool) -> list[str]:
     """`kiln_model_run_from` (see the module doc): step i runs when start_step <= i; a non-zero code
     returns with the step it stopped in, before any output copy."""
-    lines = [f"int32_t {RUN_FROM_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, "
+    # declared here too: a module none of whose kernels launches does not include kiln_pool.h
+    lines = ["void kiln_run_enter_step(int32_t step);"] if preemptible else []
+    lines += [f"int32_t {RUN_FROM_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, "
              "int32_t start_step, int32_t* stopped_step) {",
              "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
              "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]

@@ -21,6 +21,7 @@ from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.async_runs import RunQueue
 from kiln.runtime.executor import GraphExecutor
+from kiln.runtime.pool_runs import PoolRuns
 from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.shape_specialized import ShapeSpecialized
 from kiln.target import Target, compiler_identity, find_compiler, host_cores
@@ -50,6 +51,10 @@ class CompiledModel:
     target: Target = field(default_factory=Target.host)  # the machine the kernels were built for
     memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
     queue: RunQueue = field(default_factory=lambda: RunQueue(host_cores()), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.runner, AotExecutor) and self.target.threading == "kiln":
+            self.runner.run_control = PoolRuns()  # its kernels launch into the pool: a cancel reaches them
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.memory_limit is None:
