@@ -100,16 +100,18 @@ class AotExecutor:
             self._call(feeds, seconds)
         return [(name, seconds[i] / runs) for i, name in enumerate(order)]
 
-    def start(self, feeds: dict[str, Any]) -> PreemptibleRun:
+    def start(self, feeds: dict[str, Any], control: RunControl | None = None) -> PreemptibleRun:
         """A run of `feeds` that has not started: `run()` it on some thread, `cancel()` it from any
         other, `resume()` it after a preemption (kiln.runtime.run_handle). It holds an arena from
-        now on, so a run beyond the memory limit fails here, before any kernel."""
+        now on, so a run beyond the memory limit fails here, before any kernel. `control`: the
+        pool's run control on the cores it should use (default `run_control`: all of them)."""
         if self._run_from is None:
             raise ArtifactError(f"this model's library has no {RUN_FROM_ENTRY} (it was compiled by an older "
                                 "Kiln); compile it again to run it preemptibly")
         arrays = self._inputs(feeds)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        return PreemptibleRun(self._enter_from, self._failure, self._arenas, arrays, outs, self.run_control)
+        return PreemptibleRun(self._enter_from, self._failure, self._arenas, arrays, outs,
+                              control or self.run_control)
 
     @property
     def arena_pool(self) -> ArenaPool:
