@@ -251,6 +251,12 @@ def _add_pass_flags(p: argparse.ArgumentParser, note: str = "") -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln: a deep-learning compiler and runtime.")
+    p.add_argument("--cores", type=int, default=None, help="cores of Kiln's thread pool, shared by every model "
+                   "the command runs (default: KILN_CORES, else all)")
+    p.add_argument("--spin-us", type=int, default=None, help="microseconds an idle pool worker spins before it "
+                   "sleeps (default: KILN_SPIN_US, else 25)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None, help="pin pool worker i to "
+                   "core i (default: KILN_PIN, else no)")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compile", help="compile a model into a directory that `kiln run` loads",
@@ -351,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if (args.cores, args.spin_us, args.pin) != (None, None, None):
+            from kiln.runtime.thread_pool import configure_runtime
+
+            configure_runtime(args.cores, args.spin_us, args.pin)
         return args.fn(args)
     except KilnError as e:
         print(f"kiln {args.command}: error: {e}", file=sys.stderr)

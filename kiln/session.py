@@ -1,11 +1,14 @@
 """`kiln.InferenceSession` and `kiln.load`: onnxruntime's calling convention over a compiled model.
 
 A session is built from an ONNX model (compiled on the spot) or from a directory written by
-`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` caps the OpenMP
-threads of the kernels; it is set on the calling thread before every run, because OpenMP keeps
-the setting per thread. Without `threads`, a model built for fewer cores than this machine has
-(its target's `cores`) runs that many threads: its parallel loops were split for them, and more
-threads would share them unevenly. Otherwise OpenMP's default (every core) applies.
+`CompiledModel.export` / `kiln compile` (loaded without compiling). `threads` is how many cores the
+kernels run on. With Kiln threading (target -threading=kiln) the session holds a partition of that
+many cores of the process's pool (kiln.runtime.thread_pool), disjoint from other sessions' where the
+cores allow, and runs on it. With OpenMP threading it caps the OpenMP threads, set on the calling
+thread before every run, because OpenMP keeps the setting per thread. Without `threads`, a model
+built for fewer cores than this machine has (its target's `cores`) runs that many threads: its
+parallel loops were split for them, and more threads would share them unevenly. Otherwise every
+core is used.
 
 `run_async` returns a `concurrent.futures.Future` at once and runs on one of the model's worker
 threads (kiln.runtime.async_runs); `await session.run_asyncio(...)` is the same for asyncio. Many
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,6 +31,8 @@ from typing import Any
 from kiln.codegen import openmp_env
 from kiln.compiler import CompiledModel, TensorInfo, build
 from kiln.errors import InputError, KilnError
+from kiln.runtime.run_handle import PreemptibleRun
+from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.target import Target, host_cores
 
 # onnxruntime's spelling of tensor element types
@@ -61,7 +67,13 @@ class InferenceSession:
         else:
             self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit)
         self.threads = threads or default_threads(self.model.target)
-        self._set_threads = openmp_env.set_num_threads(self.model.library) if self.threads else None
+        self.partition: Partition | None = None
+        self._set_threads = None
+        if self.model.target.threading == "kiln":
+            self.partition = runtime().acquire(self.threads)
+            weakref.finalize(self, runtime().release, self.partition)
+        elif self.threads:
+            self._set_threads = openmp_env.set_num_threads(self.model.library)
         self._output_names = [o.name for o in self.model.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -80,10 +92,16 @@ class InferenceSession:
                                  f"{', '.join(names)}")
         if self._set_threads is not None:
             self._set_threads(ctypes.c_int(self.threads))
-        outs = self.model.run(feeds)
+        with running(self.partition):
+            outs = self.model.run(feeds)
         if output_names is None:
             return list(outs)
         return [outs[names.index(n)] for n in output_names]
+
+    def start(self, feeds: dict[str, Any]) -> PreemptibleRun:
+        """A run of all outputs that another thread can cancel and that resumes where it stopped
+        (kiln.runtime.run_handle), on this session's cores; an AOT model only."""
+        return self.model.start(feeds, self.partition)
 
     def run_async(self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options: Any = None) -> Future:
         """`run` on a worker thread: a Future of its outputs (or of its error), returned at once."""

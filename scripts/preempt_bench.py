@@ -85,12 +85,13 @@ def checkpoint_cost(aot: Any, feeds: dict[str, np.ndarray], runs: int, row: Row)
 def cancel_latency(aot: Any, feeds: dict[str, np.ndarray], samples: int, cores: int, row: Row) -> None:
     """Cancel `samples` runs at random times inside the longest step; see the module doc."""
     from kiln.runtime.pool_runs import PoolRuns
+    from kiln.runtime.thread_pool import Partition
 
     steps = [s for _, s in aot.profile(feeds, 10)]
     k = max(range(len(steps)), key=steps.__getitem__)
     row.longest_step, row.longest_kernel = k, aot.memory_report().order[k]
     row.longest_kernel_ms = steps[k] * 1e3
-    control = PoolRuns(0, cores)
+    control = PoolRuns(Partition(0, cores))
     for _ in range(MAX_TRIES * samples):
         if len(row.cancel_us) == samples:
             break

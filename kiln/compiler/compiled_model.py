@@ -24,6 +24,7 @@ from kiln.runtime.executor import GraphExecutor
 from kiln.runtime.pool_runs import PoolRuns
 from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.shape_specialized import ShapeSpecialized
+from kiln.runtime.thread_pool import Partition
 from kiln.target import Target, compiler_identity, find_compiler, host_cores
 from kiln.tune.apply import Tuned
 
@@ -66,14 +67,15 @@ class CompiledModel:
         """`run(feeds)` on one of the model's worker threads; the Future holds its outputs or its error."""
         return self.queue.submit(self.run, feeds)
 
-    def start(self, feeds: dict[str, Any]) -> PreemptibleRun:
-        """A run that can be cancelled and resumed (AotExecutor.start); it takes its arena now,
-        under the model's memory limit."""
+    def start(self, feeds: dict[str, Any], partition: Partition | None = None) -> PreemptibleRun:
+        """A run that can be cancelled and resumed (AotExecutor.start), on `partition` of Kiln's
+        pool (default: every core); it takes its arena now, under the model's memory limit."""
         if not isinstance(self.runner, AotExecutor) or self.per_shape is not None:
             raise AotError("only a model compiled ahead of time (static input shapes, executor='aot') "
-                                f"runs preemptibly; this one runs on the {self.executor} executor")
+                           f"runs preemptibly; this one runs on the {self.executor} executor")
+        control = PoolRuns(partition) if partition is not None and self.target.threading == "kiln" else None
         with sizes.memory_limit(self.memory_limit):
-            return self.runner.start(feeds)
+            return self.runner.start(feeds, control)
 
     def _run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:

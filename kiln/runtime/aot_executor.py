@@ -27,6 +27,7 @@ from kiln.ir.types import TensorType
 from kiln.op.interpreter import check_input
 from kiln.runtime.arena_pool import ArenaPool, RunSlot
 from kiln.runtime.run_handle import PreemptibleRun, RunControl
+from kiln.runtime.thread_pool import running
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,11 @@ class AotExecutor:
         slot = self._arenas.acquire()
         try:
             slot.point(arrays, outs)
-            if seconds is None:
-                rc = self._entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs)
-            else:
-                rc = self._profile_entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs, seconds)
+            with running():
+                if seconds is None:
+                    rc = self._entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs)
+                else:
+                    rc = self._profile_entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs, seconds)
             if rc != 0:
                 raise self._failure(rc, self._failed_call())  # failed_call is per thread: read it here
         finally:

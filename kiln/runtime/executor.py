@@ -32,6 +32,7 @@ from kiln.ir.visitor import post_order
 from kiln.op.interpreter import Interpreter, Scope, check_input
 from kiln.runtime.shape_eval import output_shapes
 from kiln.runtime.specialize import CompileSpecialized, Specializer
+from kiln.runtime.thread_pool import running
 
 
 @dataclass
@@ -108,7 +109,8 @@ class GraphExecutor:
         scope = Scope()
         for p in main.params:
             scope.values[id(p)] = check_input(p.name, feeds[p.name], p.type, dims)
-        out = _KernelInterpreter(self, profile).eval(main.body, scope)
+        with running():
+            out = _KernelInterpreter(self, profile).eval(main.body, scope)
         from kiln.ir.types import TupleType
 
         return list(out) if isinstance(main.body.type, TupleType) else [out]

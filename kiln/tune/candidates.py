@@ -15,11 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.codegen.c_rules import rules_for
 from kiln.codegen.c_source import generate
 from kiln.codegen.cache import CompileCache
 from kiln.codegen.lower_fused import Kernel
 from kiln.errors import KilnError
 from kiln.ir.dtype import to_numpy
+from kiln.target import Target
 from kiln.tir.expr import IntImm
 from kiln.tir.stmt import Buffer, PrimFunc
 from kiln.tune.measure import KernelSpec
@@ -53,7 +55,7 @@ def build_candidates(task: Task, configs: Sequence[Mapping[str, object]], workdi
     libs: dict[int, tuple[str, str] | Exception] = {}
     if ok:
         try:
-            source = generate([k.func for k in ok])
+            source = generate([k.func for k in ok], rules_for(Target.host()))
             lib = str(cache.build(source.code))
             libs = {id(k): (lib, source.functions[k.func.name].symbol) for k in ok}
         except Exception:
@@ -73,7 +75,7 @@ def build_candidates(task: Task, configs: Sequence[Mapping[str, object]], workdi
 
 def _compile_one(k: Kernel, cache: CompileCache) -> tuple[str, str] | Exception:
     try:
-        source = generate([k.func])
+        source = generate([k.func], rules_for(Target.host()))  # the host's threading, as builds use
         return str(cache.build(source.code)), source.functions[k.func.name].symbol
     except Exception as err:  # gcc's complaint or a codegen gap: this candidate's failure
         return err

@@ -23,7 +23,7 @@ from typing import IO
 
 import numpy as np
 
-from kiln.codegen import openmp_env
+from kiln.codegen import openmp_env, pool_library
 
 RUNNER = Path(__file__).with_name("runner.py")
 STARTUP_SECONDS = 10.0  # allowance for the child to start (python + numpy) before its first kernel
@@ -84,6 +84,7 @@ def run_kernels(specs: Sequence[KernelSpec], options: MeasureOptions = MeasureOp
 
 def _job(specs: Sequence[KernelSpec], options: MeasureOptions) -> bytes:
     return json.dumps({"warmup": options.warmup, "repeats": options.repeats, "min_seconds": options.min_seconds,
+                       "pool": str(pool_library.build()), "threads": options.threads,
                        "kernels": [{"lib": s.lib, "symbol": s.symbol, "args": list(s.args)} for s in specs]}).encode()
 
 

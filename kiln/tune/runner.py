@@ -8,8 +8,9 @@ kernels round-robin, one repeat of each in turn, each round starting one kernel 
 round ran up to 20% slower), and prints their times. Interleaved, the candidates of a batch see the
 same machine: on a shared machine whose speed drifts by 2x within minutes, kernels timed one after
 another are compared across moments of different speed (the tuner pairs each candidate's repeats with
-its default's, kiln.tune.tuner._paired). The thread count is fixed by the parent through
-OMP_NUM_THREADS.
+its default's, kiln.tune.tuner._paired). The thread count is fixed by the parent: through
+OMP_NUM_THREADS for OpenMP kernels, and as the partition of Kiln's thread pool (loaded first, with
+RTLD_GLOBAL, as kiln.codegen.loader does) bound to this process's thread for kernels that launch into it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 MAX_NUMBER = 100_000  # calls per repeat, however fast the kernel
 CHECK_VALUES = 256  # output values sampled for the parent's comparison with the default schedule's
+POOL_SPIN_US = 25  # kiln.runtime.thread_pool's default: kernels wait as they will in a model
 
 
 class Value(ctypes.Union):
@@ -90,8 +92,19 @@ class Kernel:
         self.times.append((time.perf_counter() - t0) / number)
 
 
+def bind_pool(path: str, threads: int) -> None:
+    """Load Kiln's thread pool before any kernel and run this thread's launches on `threads` cores."""
+    pool = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    pool.kiln_run_new.restype = ctypes.c_void_p
+    pool.kiln_run_begin.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
+    pool.kiln_pool_configure(threads, POOL_SPIN_US, 0)
+    pool.kiln_run_begin(pool.kiln_run_new(), 0, threads)
+
+
 def main() -> int:
     job = json.load(sys.stdin)
+    if job.get("pool"):
+        bind_pool(job["pool"], max(int(job.get("threads", 1)), 1))
     libs: dict[str, ctypes.CDLL] = {}
     ready: list[tuple[int, Kernel]] = []
     for i, kernel in enumerate(job["kernels"]):
