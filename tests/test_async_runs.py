@@ -1,9 +1,10 @@
 """Asynchronous runs: InferenceSession.run_async / run_asyncio and CompiledModel.run_async."""
 
 import asyncio
+import dataclasses
 import shutil
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import kiln
 from kiln.errors import InputError
 from kiln.models import mlp, small_cnn
+from kiln.target import Target
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -43,6 +45,18 @@ def test_run_async_from_eight_threads_on_two_models_equals_sequential_runs(sessi
     for fut, w in zip(got, want):
         outs = fut.result(timeout=120)
         assert len(outs) == len(w) and all(np.array_equal(a, b) for a, b in zip(outs, w))
+
+
+def test_runs_on_kiln_pool_partitions_from_many_threads_equal_sequential_runs():
+    """Built for Kiln's pool, each session on a partition of its own: every worker thread binds it."""
+    target = dataclasses.replace(Target.host(), threading="kiln")
+    pair = [kiln.InferenceSession(kiln.build(m, target=target), threads=1) for m in (mlp(batch=2), small_cnn(batch=1))]
+    jobs = [(s, _feeds(s, seed)) for seed in range(4) for s in pair]
+    want = [s.run(None, f) for s, f in jobs]
+    with ThreadPoolExecutor(8) as callers:
+        futures = list(callers.map(lambda job: job[0].run_async(None, job[1]), jobs))
+    for fut, w in zip(futures, want):
+        assert all(np.array_equal(a, b) for a, b in zip(fut.result(timeout=120), w))
 
 
 def test_run_asyncio_equals_run(sessions):

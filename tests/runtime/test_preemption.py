@@ -96,3 +96,31 @@ def test_other_runs_of_the_model_go_on_while_one_is_stopped(chain):
     other = {"x": np.ones_like(feeds["x"])}
     assert np.array_equal(cm.start(other).run().outputs[0], cm.run(other)[0])
     assert np.array_equal(run.resume().outputs[0], want[0])
+
+
+def test_a_closed_run_leaves_its_arena_fit_for_the_next_run(chain):
+    """A run dropped mid-way leaves half-written tensors in its arena; the next run (which takes that
+    arena: the pool hands out the one freed last) writes each before reading it."""
+    cm, feeds, want = chain
+    run, started = cm.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    assert run.run().preempted
+    t.join()
+    arena = run._slot.arena.ctypes.data
+    run.close()
+    again = cm.start(feeds)
+    assert again._slot.arena.ctypes.data == arena
+    assert np.array_equal(again.run().outputs[0], want[0])
+
+
+def test_a_session_run_is_preempted_on_the_session_cores(chain):
+    cm, feeds, want = chain
+    session = kiln.InferenceSession(cm, threads=1)
+    run, started = session.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    r = run.run()
+    t.join()
+    assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
+    assert np.array_equal(session.run(None, feeds)[0], want[0])
