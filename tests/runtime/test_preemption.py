@@ -124,3 +124,14 @@ def test_a_session_run_is_preempted_on_the_session_cores(chain):
     t.join()
     assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
     assert np.array_equal(session.run(None, feeds)[0], want[0])
+
+
+def test_a_saved_model_loads_preemptible(chain, tmp_path):
+    cm, feeds, want = chain
+    session = kiln.load(cm.export(tmp_path / "chain"))
+    run, started = session.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    r = run.run()
+    t.join()
+    assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])

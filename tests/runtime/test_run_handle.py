@@ -173,3 +173,10 @@ def test_graph_models_do_not_run_preemptibly():
     cm = kiln.build(mlp(batch=1), executor="graph")
     with pytest.raises(kiln.errors.AotError, match="graph"):
         cm.start({})
+
+
+def test_a_library_without_the_resumable_entry_is_named(model, monkeypatch):
+    cm, feeds, _ = model
+    monkeypatch.setattr(cm.runner, "_run_from", None)
+    with pytest.raises(kiln.errors.ArtifactError, match="kiln_model_run_from.*compile it again"):
+        cm.start(feeds)
