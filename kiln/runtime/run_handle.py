@@ -87,7 +87,11 @@ class PreemptibleRun:
                  outputs: list[np.ndarray], control: RunControl | None):
         self._entry, self._fail, self._control = entry, fail, control
         self._slot = pool.acquire()
-        self._block = control.new() if control is not None else 0
+        try:
+            self._block = control.new() if control is not None else 0
+        except BaseException:
+            pool.release(self._slot)
+            raise
         self._release = weakref.finalize(self, _release, pool, self._slot, control, self._block)
         self._inputs, self._outputs = inputs, outputs
         self._own_inputs = False
