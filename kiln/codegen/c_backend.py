@@ -2,8 +2,8 @@
 compile cache, loaded with ctypes.
 
 How each tir node is spelled lives in the CRules tables (kiln.codegen.c_rules). A C-family backend
-subclasses CBackend and sets `rules = C_RULES.extend(...)` with only the spellings that differ (and
-`pool_rules`, the same with parallel loops launched into Kiln's pool, for targets with -threading=kiln).
+subclasses CBackend and sets `rules = C_RULES.extend(...)` with only the spellings that differ; a target
+with -threading=kiln gets them with parallel loops launched into Kiln's pool (c_rules.with_launches).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kiln.codegen.aot_source import Copy, KernelCall, generate_aot
 from kiln.codegen.backend import Backend
-from kiln.codegen.c_rules import C_RULES, POOL_RULES, CRules
+from kiln.codegen.c_rules import C_RULES, CRules, rules_for
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.cache import CompileCache
 from kiln.codegen.compiler import FLAGS
@@ -28,11 +28,10 @@ class CBackend(Backend):
     kind = "c"
     runtime_header = RUNTIME_HEADER
     rules: CRules = C_RULES
-    pool_rules: CRules = POOL_RULES
 
     def rules_for(self, target: Target | None) -> CRules:
-        """The rules of `target`'s threading (default: the host's)."""
-        return self.pool_rules if (target or Target.host()).threading == "kiln" else self.rules
+        """This backend's rules for `target`'s threading (default: the host's)."""
+        return rules_for(target or Target.host(), self.rules)
 
     def render_kernels(self, funcs: Sequence[PrimFunc], target: Target | None = None) -> CSource:
         return generate(funcs, self.rules_for(target), self.runtime_header)

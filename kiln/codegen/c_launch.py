@@ -71,11 +71,20 @@ class TaskPrinter(FunctionPrinter):
         return name
 
 
-def _for(p: FunctionPrinter, s: S.For) -> None:
-    """A PARALLEL loop outside any parallel region becomes launches; every other loop prints as usual."""
-    if s.kind is not S.ForKind.PARALLEL or p.in_parallel or p.in_simd or _calls_runtime(s):
-        c_stmt._for(p, s)
-        return
+def launching(base: Callable[[FunctionPrinter, S.For], None]) -> Callable[[FunctionPrinter, S.For], None]:
+    """The For rule that turns a PARALLEL loop outside any parallel region into launches, and prints
+    every other loop by `base` (the rules' own For rule)."""
+
+    def rule(p: FunctionPrinter, s: S.For) -> None:
+        if s.kind is not S.ForKind.PARALLEL or p.in_parallel or p.in_simd or _calls_runtime(s):
+            base(p, s)
+        else:
+            _launches(p, s)
+
+    return rule
+
+
+def _launches(p: FunctionPrinter, s: S.For) -> None:
     pragma = c_stmt._loop_pragma(p, s)
     halves = c_stmt._clamp_halves(s, pragma)
     simd = pragma is not None and "simd" in pragma
@@ -184,5 +193,3 @@ _WORK: dict[type, Callable[[S.Stmt], float]] = {
     S.LetStmt: lambda s: _nodes(s.value) + _work(s.body),
     S.Allocate: lambda s: _work(s.body),
 }
-
-LAUNCH_RULES: dict[type, Callable[[FunctionPrinter, S.Stmt], None]] = {S.For: _for}

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from kiln.codegen import c_expr, c_launch, c_stmt, intrinsics
 from kiln.codegen.c_types import STORAGE_CTYPE
 from kiln.target import Target
+from kiln.tir import stmt as S
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,21 @@ C_RULES = CRules(
     vector_native=MappingProxyType(c_expr.VECTOR_NATIVE), stmt=MappingProxyType(c_stmt.STMT_RULES),
     intrinsic=MappingProxyType(intrinsics.INTRINSIC_RULES), storage_ctype=MappingProxyType(STORAGE_CTYPE),
 )
-# Kiln threading: parallel loops launch into Kiln's thread pool (kiln.codegen.c_launch)
-POOL_RULES = C_RULES.extend(stmt=c_launch.LAUNCH_RULES)
+_WITH_LAUNCHES: dict[int, tuple[CRules, CRules]] = {}
 
 
-def rules_for(target: Target) -> CRules:
-    """The C rules for `target`'s threading: OpenMP pragmas, or launches into Kiln's pool."""
-    return POOL_RULES if target.threading == "kiln" else C_RULES
+def with_launches(rules: CRules) -> CRules:
+    """`rules` with Kiln threading: parallel loops launch into Kiln's thread pool (kiln.codegen.c_launch),
+    every other spelling `rules`' own. The same object for the same rules (renderings are cached by rules)."""
+    hit = _WITH_LAUNCHES.get(id(rules))
+    if hit is None or hit[0] is not rules:
+        hit = _WITH_LAUNCHES[id(rules)] = (rules, rules.extend(stmt={S.For: c_launch.launching(rules.stmt[S.For])}))
+    return hit[1]
+
+
+POOL_RULES = with_launches(C_RULES)
+
+
+def rules_for(target: Target, rules: CRules = C_RULES) -> CRules:
+    """`rules` for `target`'s threading: OpenMP pragmas as they are, or launches into Kiln's pool."""
+    return with_launches(rules) if target.threading == "kiln" else rules

@@ -129,14 +129,15 @@ def configure_runtime(cores: int | None = None, spin_us: int | None = None, pin:
 
 
 class running:
-    """Within this block the calling thread's launches run on `partition` (default: every core):
-    its run block is bound with kiln_run_begin. Nested blocks keep the outer binding, so a session
-    (which names its partition) and the executor it calls (which does not) bind once."""
+    """Within this block the calling thread's launches run on `partition` (default: every core) under
+    run block `run` (a kiln_run_new handle; default: the thread's own), bound with kiln_run_begin.
+    Nested blocks keep the outer binding, so a session (which names its partition) and the executor
+    it calls (which does not) bind once."""
 
-    __slots__ = ("partition", "_pool")
+    __slots__ = ("partition", "run", "_pool")
 
-    def __init__(self, partition: Partition | None = None):
-        self.partition = partition
+    def __init__(self, partition: Partition | None = None, run: ctypes.c_void_p | None = None):
+        self.partition, self.run = partition, run
 
     def __enter__(self) -> None:
         depth = getattr(_bound, "depth", 0)
@@ -145,11 +146,12 @@ class running:
             return
         rt = runtime()
         self._pool = pool = rt.pool()
-        run = getattr(_bound, "run", None)
+        run = self.run
         if run is None:
-            run = _bound.run = _RunBlock(pool)
+            block = getattr(_bound, "run", None) or _RunBlock(pool)
+            _bound.run, run = block, block.handle
         part = self.partition or rt.default_partition()
-        pool.kiln_run_begin(run.handle, part.first, part.cores)
+        pool.kiln_run_begin(run, part.first, part.cores)
 
     def __exit__(self, *exc: object) -> None:
         _bound.depth -= 1

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kiln.codegen import pool_library
-from kiln.codegen.compiler import compile_shared
+from kiln.codegen.compiler import CompilerNotFoundError, compile_shared
 from kiln.target import find_compiler
 
 from .conftest import requires_gcc
@@ -252,3 +252,8 @@ def test_a_pool_of_another_abi_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _LOAD, str(lib)], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert f"{lib} has ABI version 99; this Kiln needs {pool_library.ABI}" in proc.stdout, proc.stderr
+
+
+def test_building_the_pool_without_the_compiler_names_it():
+    with pytest.raises(CompilerNotFoundError, match="'no-such-cc' not found"):
+        pool_library.build("no-such-cc")

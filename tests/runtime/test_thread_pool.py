@@ -3,6 +3,7 @@ CLI, refused with the value named; partitions handed to sessions; models equal u
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import kiln
 from kiln.cli import main
-from kiln.errors import KilnError
+from kiln.errors import KernelError, KilnError
 from kiln.models import mlp, small_cnn
 from kiln.runtime import thread_pool
 from kiln.runtime.thread_pool import Partition, Runtime, RuntimeConfig, running
@@ -129,3 +130,21 @@ def test_two_threads_run_their_sessions_at_once(fresh_runtime):
     for t in threads:
         t.join()
     assert not bad
+
+
+def test_running_binds_a_given_run_block(fresh_runtime):
+    """A caller's own run block (as a preemptible run will hold) is what the executor's launches check."""
+    cm = kiln.build(mlp(batch=1), target=KILN)
+    feeds = _feeds(cm)
+    pool = fresh_runtime.pool()
+    run = ctypes.c_void_p(pool.kiln_run_new())
+    try:
+        with running(Partition(0, 2), run=run):
+            pool.kiln_run_cancel(run)
+            with pytest.raises(KernelError, match="error code 1"):  # KILN_PREEMPTED, until the preempt API
+                cm.run(feeds)
+        with running(Partition(0, 2), run=run):  # a new begin clears the cancel
+            np.testing.assert_allclose(cm.run(feeds)[0], kiln.build(mlp(batch=1), target=OPENMP).run(feeds)[0],
+                                       rtol=1e-5, atol=1e-6)
+    finally:
+        pool.kiln_run_free(run)
