@@ -38,8 +38,9 @@ class CBackend(Backend):
 
     def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
                    target: Target | None = None) -> CSource:
-        rules = self.rules_for(target)
-        return generate_aot(funcs, calls, copies, rules, self.runtime_header, preemptible=rules is self.pool_rules)
+        target = target or Target.host()
+        return generate_aot(funcs, calls, copies, self.rules_for(target), self.runtime_header,
+                            preemptible=target.threading == "kiln")
 
     def compile(self, code: str, *, cache: CompileCache | None = None, cc: str = "gcc",
                 flags: tuple[str, ...] = FLAGS) -> Path:
