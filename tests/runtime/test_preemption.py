@@ -53,6 +53,13 @@ def _cancel_after(run, seconds: float, started: threading.Event) -> threading.Th
     return t
 
 
+def test_the_resumable_entry_marks_every_step(chain):
+    cm, _, _ = chain
+    entry = cm.library.source.code.split("kiln_model_run_from(", 1)[1]
+    steps = len(cm.runner.memory_report().order)
+    assert [f"kiln_run_enter_step({i});" in entry for i in range(steps + 1)] == [True] * steps + [False]
+
+
 def test_a_cancel_from_another_thread_preempts_and_resume_equals_the_uninterrupted_run(chain):
     cm, feeds, want = chain
     run, started = cm.start(feeds), threading.Event()
