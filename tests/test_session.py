@@ -43,7 +43,8 @@ def test_run_matches_onnxruntime(cnn_path):
 
 
 def test_threads_set_openmp_for_the_kernels():
-    sess = kiln.InferenceSession(small_cnn(batch=1), threads=1)
+    """With OpenMP threading (Kiln threading's partitions: tests/runtime/test_thread_pool.py)."""
+    sess = kiln.InferenceSession(kiln.build(small_cnn(batch=1), target="c -threading=openmp"), threads=1)
     x = _image(1)
     (one,) = sess.run(None, {"image": x})
     lib = sess.model.library.lib

@@ -21,7 +21,7 @@ from kiln.errors import KilnError
 from kiln.ir import Constant, Function, IRModule, TensorType, Var
 from kiln.op import get_op
 from kiln.runtime.executor import primitive_functions
-from kiln.target import ISA_FEATURES, Target
+from kiln.target import DEFAULT_THREADING, ISA_FEATURES, Target
 from kiln.transform import PassContext
 
 KILN = Path(kiln.__file__).resolve().parent
@@ -42,8 +42,11 @@ def test_print_parse_round_trip():
     other = Target("c", "x86_64", frozenset({"avx", "avx2", "fma"}), 256, 16, 48 << 10, 1280 << 10, 30 << 20, 6)
     text = str(other)
     assert text == ("c -arch=x86_64 -features=avx,avx2,fma -vector-bits=256 -vector-registers=16 -l1d=48K "
-                    "-l2=1280K -l3=30M -cores=6 -cc=gcc")
+                    f"-l2=1280K -l3=30M -cores=6 -cc=gcc -threading={DEFAULT_THREADING}")
     assert Target.parse(text) == other and str(Target.parse(text)) == text
+    kiln_threads = dataclasses.replace(other, threading="kiln")
+    assert str(kiln_threads).endswith(" -threading=kiln") and Target.parse(str(kiln_threads)) == kiln_threads
+    assert kiln_threads.key != other.key  # caches keep the two threadings apart
 
 
 def test_partial_strings_take_the_rest_from_the_host():
@@ -60,6 +63,7 @@ def test_partial_strings_take_the_rest_from_the_host():
 @pytest.mark.parametrize("text, named", [
     ("cuda", "'cuda'"), ("c -bogus=1", "-bogus=1"), ("c cores=2", "cores=2"), ("c -cores", "-cores"),
     ("c -cores=zero", "-cores=zero"), ("c -l2=big", "-l2=big"), ("c -features=avx9", "avx9"),
+    ("c -threading=tbb", "-threading=tbb"),
 ])
 def test_unknown_kinds_options_and_values_are_errors_naming_them(text, named):
     with pytest.raises(KilnError, match=re.escape(named)):
@@ -73,8 +77,11 @@ def test_key_is_stable_and_differs_by_target():
 
 
 def test_compiler_flags_native_for_the_host_explicit_otherwise():
-    assert Target.host().compiler_flags(FLAGS) == FLAGS
-    v3 = Target.parse("c -arch=x86_64 -features=avx,avx2,fma,f16c")
+    openmp, kiln_threads = (dataclasses.replace(Target.host(), threading=t) for t in ("openmp", "kiln"))
+    assert openmp.compiler_flags(FLAGS) == FLAGS
+    # Kiln threading keeps `omp simd` and links no OpenMP runtime
+    assert kiln_threads.compiler_flags(FLAGS) == tuple("-fopenmp-simd" if f == "-fopenmp" else f for f in FLAGS)
+    v3 = Target.parse("c -arch=x86_64 -features=avx,avx2,fma,f16c -threading=openmp")
     flags = v3.compiler_flags(FLAGS)
     assert "-march=native" not in flags and {"-march=x86-64", "-mavx2", "-mfma", "-mf16c", "-mavx"} <= set(flags)
     assert flags[-len(FLAGS) + 2:] == FLAGS[2:]  # the other flags unchanged, in order

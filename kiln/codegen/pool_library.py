@@ -50,6 +50,8 @@ def load(path: str | os.PathLike | None = None, cc: str = "gcc") -> ctypes.CDLL:
     """The process's pool: the one already loaded, else the library at `path` (a compiled model's
     copy), else the one built for this machine. Refuses a library of another ABI version."""
     global _loaded
+    if _loaded is not None:  # every run asks: no lock once loaded
+        return _loaded
     with _lock:
         if _loaded is None:
             lib_path = Path(path) if path is not None else build(cc)

@@ -70,7 +70,7 @@ class Runtime:
         """The process's pool library, configured with this runtime's settings."""
         global _applied
         lib = pool_library.load()
-        if _applied != self.config:
+        if _applied is not self.config:  # settings are replaced, never changed in place
             with self._lock:
                 c = self.config
                 if lib.kiln_pool_configure(c.cores, c.spin_us, int(c.pin)) != 0:
@@ -103,7 +103,15 @@ class Runtime:
 
     def default_partition(self) -> Partition:
         """Where a thread that no session bound runs: every core."""
-        return Partition(0, self.config.cores)
+        return self._all
+
+    @property
+    def config(self) -> RuntimeConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: RuntimeConfig) -> None:
+        self._config, self._all = config, Partition(0, config.cores)
 
 
 _runtime: Runtime | None = None  # NOTE: process-wide by design: one pool per process
@@ -115,6 +123,8 @@ _bound = threading.local()  # per thread: depth of `running` blocks, the thread'
 def runtime() -> Runtime:
     """The process's runtime, made from the environment on first use."""
     global _runtime
+    if _runtime is not None:  # every run asks: no lock once made
+        return _runtime
     with _runtime_lock:
         if _runtime is None:
             _runtime = Runtime(RuntimeConfig.from_env())
@@ -141,8 +151,8 @@ class running:
 
     def __enter__(self) -> None:
         depth = getattr(_bound, "depth", 0)
-        _bound.depth = depth + 1
         if depth:
+            _bound.depth = depth + 1
             return
         rt = runtime()
         self._pool = pool = rt.pool()
@@ -152,6 +162,7 @@ class running:
             _bound.run, run = block, block.handle
         part = self.partition or rt.default_partition()
         pool.kiln_run_begin(run, part.first, part.cores)
+        _bound.depth = 1
 
     def __exit__(self, *exc: object) -> None:
         _bound.depth -= 1

@@ -12,7 +12,7 @@ import pytest
 import kiln
 from kiln.cli import main
 from kiln.errors import KernelError, KilnError
-from kiln.models import mlp, small_cnn
+from kiln.models import bert_tiny, mlp, small_cnn
 from kiln.runtime import thread_pool
 from kiln.runtime.thread_pool import Partition, Runtime, RuntimeConfig, running
 from kiln.target import Target
@@ -94,11 +94,13 @@ def test_nested_running_blocks_keep_the_outer_partition(fresh_runtime):
 
 def _feeds(cm) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    return {p.name: rng.standard_normal([int(d) for d in p.type.shape]).astype(p.type.dtype)
-            for p in cm.mod.main.params}
+    return {p.name: rng.standard_normal(shape).astype(p.type.dtype) if "float" in p.type.dtype
+            else rng.integers(0, 100, shape).astype(p.type.dtype)  # token ids
+            for p in cm.mod.main.params for shape in [[int(d) for d in p.type.shape]]}
 
 
-@pytest.mark.parametrize(("model", "executor"), [(mlp, "aot"), (mlp, "graph"), (small_cnn, "aot")])
+@pytest.mark.parametrize(("model", "executor"), [(mlp, "aot"), (mlp, "graph"), (small_cnn, "aot"),
+                                                 (bert_tiny, "aot")])
 def test_models_give_the_same_outputs_under_both_threadings(model, executor):
     built = {t: kiln.build(model(batch=2), target=t, executor=executor) for t in (OPENMP, KILN)}
     feeds = _feeds(built[OPENMP])
