@@ -86,3 +86,7 @@ class ComputeError(KilnError):
 
 class LoweringError(KilnError):
     """A fused group cannot become a kernel (an operator without a compute, a dynamic attribute)."""
+
+
+class RunStateError(KilnError):
+    """A run in flight was used out of turn: run while it runs, or after it finished, failed or was closed."""

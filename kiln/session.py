@@ -9,14 +9,21 @@ the OpenMP threads, set on the calling thread before every run, because OpenMP k
 thread. Without `threads`, a model built for fewer cores than this machine has (its target's
 `cores`) runs that many threads: its parallel loops were split for them, and more threads would
 share them unevenly. Otherwise every core is used.
+
+`run_async` returns a `concurrent.futures.Future` at once and runs on one of the model's worker
+threads (kiln.runtime.async_runs); `await session.run_asyncio(...)` is the same for asyncio. Many
+requests may be in flight from many threads: the GIL is released while kernels run and each run of
+an AOT model has an arena of its own, so runs of one model, and of different models, overlap.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,7 @@ from kiln.errors import InputError, KilnError
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import check_strategy
 from kiln.runtime.model import Model, TensorInfo
+from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.target import Target, host_cores
 
@@ -99,6 +107,20 @@ class InferenceSession:
         if output_names is None:
             return list(outs)
         return [outs[names.index(n)] for n in output_names]
+
+    def start(self, feeds: dict[str, Any]) -> PreemptibleRun:
+        """A run of all outputs that another thread can cancel and that resumes where it stopped
+        (kiln.runtime.run_handle), on this session's cores; an AOT model only."""
+        return self.model.start(feeds, self.partition)
+
+    def run_async(self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options: Any = None) -> Future:
+        """`run` on a worker thread: a Future of its outputs (or of its error), returned at once."""
+        return self.model.queue.submit(self.run, output_names, feeds, run_options)
+
+    async def run_asyncio(self, output_names: Sequence[str] | None, feeds: dict[str, Any],
+                          run_options: Any = None) -> list:
+        """`run_async` awaited from asyncio: the event loop keeps running while the model does."""
+        return await asyncio.wrap_future(self.run_async(output_names, feeds, run_options))
 
     def export(self, directory: str | os.PathLike) -> Path:
         return self.model.export(directory)

@@ -13,6 +13,19 @@ numbers reach this source: no name from the model file.
 is the same run that also adds each call's wall time to seconds[i] (i in call order), so a profile
 times the kernels exactly as the entry runs them: in the planned arena, without Python between calls.
 When a kernel fails, `kiln_model_failed_call()` says which call (per thread), for the error message.
+
+    int32_t kiln_model_run_from(void** inputs, void** outputs, void* arena, void** weights,
+                                int32_t start_step, int32_t* stopped_step)
+
+runs the calls from `start_step` on (a step is one kernel call, numbered in call order from 0) and
+is how a preempted run resumes. A kernel that returns non-zero stops it there: *stopped_step is that
+step and the code is returned, KILN_PREEMPTED (kiln_pool.h) when a launch saw a cancel. The output
+copies run only once every step finished. Built for Kiln's thread pool (`preemptible`), it calls
+`kiln_run_enter_step(i)` before step i, so the pool numbers a step's launches and a resumed step
+skips the chunks of its preempted launch that finished. Built for OpenMP it is the same entry
+without those calls: OpenMP kernels have no checkpoints, so such a run is never preempted once it
+has started (a cancel before it starts is the caller's to honour) and it only ever runs to the end.
+It is appended after the other two entries, which stay as they were.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kiln.codegen.aot_abi import COPY_ENTRY, ENTRY, FAILED_CALL, PROFILE_ENTRY, STEP_ENTRY, STEPS_ENTRY
+from kiln.codegen.aot_abi import COPY_ENTRY, ENTRY, FAILED_CALL, PROFILE_ENTRY, RUN_FROM_ENTRY, STEP_ENTRY, STEPS_ENTRY
 from kiln.codegen.c_rules import C_RULES, CRules
 from kiln.codegen.c_source import RUNTIME_HEADER, CSource, generate
 from kiln.codegen.c_types import CodegenError
@@ -57,8 +70,9 @@ class Copy:
 
 
 def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
-                 rules: CRules = C_RULES, header: Path = RUNTIME_HEADER) -> CSource:
-    """The kernels of `funcs` and the entry that runs `calls` in order, then `copies`."""
+                 rules: CRules = C_RULES, header: Path = RUNTIME_HEADER, preemptible: bool = False) -> CSource:
+    """The kernels of `funcs` and the entries that run `calls` in order, then `copies`;
+    `preemptible`: the kernels launch into Kiln's pool, so the resumable entry marks its steps."""
     kernels = generate(funcs, rules, header)
     invoke = []
     for call in calls:
@@ -92,7 +106,28 @@ def generate_aot(funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies:
         for c in copies:
             lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
         lines += ["  return KILN_OK;", "}", ""]
+    lines += _run_from_entry(invoke, copies, preemptible)
     return CSource(kernels.code + "\n" + "\n".join(lines), kernels.functions)
+
+
+def _run_from_entry(invoke: Sequence[str], copies: Sequence[Copy], preemptible: bool) -> list[str]:
+    """`kiln_model_run_from` (see the module doc): step i runs when start_step <= i; a non-zero code
+    returns with the step it stopped in, before any output copy."""
+    # declared here too: a module none of whose kernels launches does not include kiln_pool.h
+    lines = ["void kiln_run_enter_step(int32_t step);"] if preemptible else []
+    lines += [f"int32_t {RUN_FROM_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, "
+             "int32_t start_step, int32_t* stopped_step) {",
+             "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
+             "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]
+    for i, inv in enumerate(invoke):
+        enter = f"kiln_run_enter_step({i}); " if preemptible else ""
+        lines += [f"  if (start_step <= {i}) {{",
+                  f"    {enter}rc = {inv};",
+                  f"    if (rc != KILN_OK) {{ kiln_failed_call_ = {i}; *stopped_step = {i}; return rc; }}",
+                  "  }"]
+    for c in copies:
+        lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")
+    return lines + [f"  *stopped_step = {len(invoke)};", "  return KILN_OK;", "}", ""]
 
 
 def _arg(p, ptr: Ptr, fname: str, rules: CRules) -> str:

@@ -38,7 +38,9 @@ class CBackend(Backend):
 
     def render_aot(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
                    target: Target | None = None) -> CSource:
-        return generate_aot(funcs, calls, copies, self.rules_for(target), self.runtime_header)
+        target = target or Target.host()
+        return generate_aot(funcs, calls, copies, self.rules_for(target), self.runtime_header,
+                            preemptible=target.threading == "kiln")
 
     def render_dataflow(self, funcs: Sequence[PrimFunc], calls: Sequence[KernelCall], copies: Sequence[Copy],
                         target: Target | None = None) -> CSource:

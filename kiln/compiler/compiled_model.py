@@ -24,6 +24,7 @@ class CompiledModel(Model):
     tuned: Tuned | None = None  # the tuning records' configs the kernels were scheduled with
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.weights_bytes is None:  # the report counted them at import
             self.weights_bytes = self.report.weights_bytes
 

@@ -1,27 +1,31 @@
 """The AOT executor: a static-shape model compiled into one C entry function, run by one ctypes call.
 
 kiln.compiler.aot builds it (fused groups, a memory plan, `kiln_model_run` in the kernels' library);
-kiln.runtime.artifact loads it again. No Python runs between kernels.
+kiln.runtime.artifact loads it again. No Python runs between kernels. Every run in flight takes an
+arena of its own from the executor's ArenaPool, so runs from several threads overlap (ctypes releases
+the GIL during the call) and no lock is held while kernels run. `start(feeds)` is a run that can be
+cancelled and resumed (kiln.runtime.run_handle).
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY
+from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY, RUN_FROM_ENTRY
 from kiln.codegen.module import kernel_error_text
-from kiln.errors import InputError, KernelError, KilnError
-from kiln.ir.aligned import aligned, aligned_empty
+from kiln.errors import ArtifactError, InputError, KernelError, KilnError
+from kiln.ir.aligned import aligned
 from kiln.ir.dtype import to_numpy
 from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
-from kiln.ir.sizes import check_alloc, check_bytes
+from kiln.ir.sizes import check_alloc
 from kiln.ir.types import TensorType
+from kiln.runtime.arena_pool import ArenaPool, RunSlot
+from kiln.runtime.run_handle import PreemptibleRun, RunControl
 from kiln.runtime.thread_pool import running
 
 STRATEGIES = ("arena", "counted")  # how a build lays out its intermediates (kiln.build's memory_strategy)
@@ -60,8 +64,7 @@ class MemoryReport:
 
 
 class AotExecutor:
-    """A compiled model: `run(feeds)` is one call into `kiln_model_run`. The arena is allocated
-    once and reused, so runs of one module are serialized by a lock."""
+    """A compiled model: `run(feeds)` is one call into `kiln_model_run` over an arena of the pool."""
 
     def __init__(self, mod: IRModule, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]],
                  arena_bytes: int, library: Any, report: MemoryReport, calls: tuple[str, ...] = ()):
@@ -70,11 +73,9 @@ class AotExecutor:
         self._outputs = outputs
         for i, (shape, dtype) in enumerate(outputs):  # allocated on every run: checked once, here
             check_alloc(f"output {i} of the model", shape, dtype)
-        check_bytes("the arena of intermediate tensors", arena_bytes)
+        self._arenas = ArenaPool(arena_bytes, len(self._params), len(outputs))
         self._weights = [aligned(w) for w in weights]
         self._weight_ptrs = (ctypes.c_void_p * max(len(weights), 1))(*[w.ctypes.data for w in self._weights])
-        self._arena = aligned_empty(arena_bytes, np.uint8)
-        self._arena_ptr = ctypes.c_void_p(self._arena.ctypes.data)
         self._entry = getattr(library.lib, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._entry.restype = ctypes.c_int32
@@ -84,15 +85,17 @@ class AotExecutor:
         self._profile_entry = getattr(library.lib, PROFILE_ENTRY)
         self._profile_entry.argtypes = [ctypes.c_void_p] * 5
         self._profile_entry.restype = ctypes.c_int32
-        self._lock = threading.Lock()
+        self._run_from = getattr(library.lib, RUN_FROM_ENTRY, None)  # None: built before it existed
+        if self._run_from is not None:
+            self._run_from.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)]
+            self._run_from.restype = ctypes.c_int32
+        self.run_control: RunControl | None = None  # Kiln's pool, when the kernels launch into it
         self._report = report
         # per input: the array a run passes as it is (dtype, shape, C order); anything else goes
-        # through check_input. The pointer arrays are filled under the lock on every run.
+        # through check_input
         self._names = tuple(n for n, _ in self._params)
         self._expected = tuple((to_numpy(t.dtype), tuple(t.shape)) if isinstance(t, TensorType) else (None, None)
                                for _, t in self._params)
-        self._in_ptrs = (ctypes.c_void_p * max(len(self._params), 1))()
-        self._out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))()
 
     @property
     def weights(self) -> list[np.ndarray]:
@@ -115,7 +118,36 @@ class AotExecutor:
             self._call(feeds, seconds)
         return [(name, seconds[i] / runs) for i, name in enumerate(order)]
 
-    def _call(self, feeds: dict[str, Any], seconds: Any) -> list[np.ndarray]:
+    def start(self, feeds: dict[str, Any], control: RunControl | None = None) -> PreemptibleRun:
+        """A run of `feeds` that has not started: `run()` it on some thread, `cancel()` it from any
+        other, `resume()` it after a preemption (kiln.runtime.run_handle). It holds an arena from
+        now on, so a run beyond the memory limit fails here, before any kernel. `control`: the
+        pool's run control on the cores it should use (default `run_control`: all of them)."""
+        if self._run_from is None:
+            raise ArtifactError(f"this model's library has no {RUN_FROM_ENTRY} (it was compiled by an older "
+                                "Kiln); compile it again to run it preemptibly")
+        arrays = self._inputs(feeds)
+        outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        return PreemptibleRun(self._enter_from, self._failure, self._arenas, arrays, outs,
+                              control or self.run_control)
+
+    @property
+    def arena_pool(self) -> ArenaPool:
+        return self._arenas
+
+    def _enter_from(self, slot: RunSlot, start: int, stopped: ctypes.c_int32) -> int:
+        return self._run_from(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs, start,
+                              ctypes.byref(stopped))
+
+    def _failure(self, rc: int, k: int) -> KilnError:
+        """The error of a run whose call k (in entry order) returned rc."""
+        where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else ENTRY
+        if 0 <= k < len(self.calls):
+            where += f" ({self.calls[k]})"
+        return KernelError(f"{where} failed: {kernel_error_text(rc)}")
+
+    def _inputs(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        """The arrays the entry reads, in parameter order; checked where they are not as expected."""
         # the checks a run repeats are kept to a few attribute reads: on a small model (an MLP is
         # 0.06 ms) the Python around the ctypes call is a sixth of the latency
         if len(feeds) != len(self._names) or not all(n in feeds for n in self._names):
@@ -126,24 +158,23 @@ class AotExecutor:
             if not (type(v) is np.ndarray and v.dtype == dtype and v.shape == shape and v.flags.c_contiguous):
                 v = np.ascontiguousarray(check_input(name, v, t, {}))
             arrays.append(v)
+        return arrays
+
+    def _call(self, feeds: dict[str, Any], seconds: Any) -> list[np.ndarray]:
+        arrays = self._inputs(feeds)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        with self._lock, running():
-            ins, out_ptrs = self._in_ptrs, self._out_ptrs
-            for i, v in enumerate(arrays):
-                ins[i] = v.ctypes.data
-            for i, o in enumerate(outs):
-                out_ptrs[i] = o.ctypes.data
-            if seconds is None:
-                rc = self._entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
-            else:
-                rc = self._profile_entry(ins, out_ptrs, self._arena_ptr, self._weight_ptrs, seconds)
+        slot = self._arenas.acquire()
+        try:
+            slot.point(arrays, outs)
+            with running():
+                if seconds is None:
+                    rc = self._entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs)
+                else:
+                    rc = self._profile_entry(slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs, seconds)
             if rc != 0:
-                k = self._failed_call()
-        if rc != 0:
-            where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else ENTRY
-            if 0 <= k < len(self.calls):
-                where += f" ({self.calls[k]})"
-            raise KernelError(f"{where} failed: {kernel_error_text(rc)}")
+                raise self._failure(rc, self._failed_call())  # failed_call is per thread: read it here
+        finally:
+            self._arenas.release(slot)
         return outs
 
     def _refuse_names(self, feeds: dict[str, Any]) -> None:

@@ -26,11 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import KernelError, openmp_env
+from kiln.codegen import openmp_env
 from kiln.codegen.aot_abi import COPY_ENTRY, STEPS_ENTRY
-from kiln.codegen.module import kernel_error_text
 from kiln.ir.module import IRModule
-from kiln.op.interpreter import check_input
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.thread_pool import Partition, running, runtime
 
@@ -205,6 +203,7 @@ class DataflowExecutor(AotExecutor):
         self._copy.argtypes = [ctypes.c_void_p] * 4
         self._copy.restype = None
         self._crew = _Crew(library, schedule)
+        self._crew_lock = threading.Lock()
         self._crew.start()
 
     def __del__(self) -> None:
@@ -213,29 +212,17 @@ class DataflowExecutor(AotExecutor):
             crew.stop()
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
-        if len(feeds) != len(self._names) or not all(n in feeds for n in self._names):
-            self._refuse_names(feeds)
-        arrays = []
-        for (name, t), (dtype, shape) in zip(self._params, self._expected):
-            v = feeds[name]
-            if not (type(v) is np.ndarray and v.dtype == dtype and v.shape == shape and v.flags.c_contiguous):
-                v = np.ascontiguousarray(check_input(name, v, t, {}))
-            arrays.append(v)
+        arrays = self._inputs(feeds)
         outs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        with self._lock:
-            ins, out_ptrs = self._in_ptrs, self._out_ptrs
-            for i, v in enumerate(arrays):
-                ins[i] = v.ctypes.data
-            for i, o in enumerate(outs):
-                out_ptrs[i] = o.ctypes.data
-            args = (ins, out_ptrs, self._arena_ptr, self._weight_ptrs)
-            error = self._crew.execute(args)
-            if error is None:
-                self._copy(*args)
-        if error is not None:
-            rc, k = error
-            where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else STEPS_ENTRY
-            if 0 <= k < len(self.calls):
-                where += f" ({self.calls[k]})"
-            raise KernelError(f"{where} failed: {kernel_error_text(rc)}")
+        slot = self._arenas.acquire()  # an arena of its own, as an AOT run's
+        try:
+            slot.point(arrays, outs)
+            args = (slot.in_ptrs, slot.out_ptrs, slot.arena_ptr, self._weight_ptrs)
+            with self._crew_lock:  # the crew runs one model run at a time
+                error = self._crew.execute(args)
+            if error is not None:
+                raise self._failure(*error)
+            self._copy(*args)
+        finally:
+            self._arenas.release(slot)
         return outs

@@ -1,22 +1,29 @@
 """`Model`: a model ready to run, as `kiln.load` gives it: the fused IR, the executor that runs it,
-its inputs and outputs, `export`. kiln.compiler's `CompiledModel` (what `kiln.build` returns) is a
+its inputs and outputs, `export`. Besides `run`, `run_async` (a Future; runs overlap,
+kiln.runtime.async_runs) and, for an AOT model, `start`: a run that can be cancelled and resumed
+(kiln.runtime.run_handle). kiln.compiler's `CompiledModel` (what `kiln.build` returns) is a
 Model with its build report and tuning added; this half lives in the runtime so that running a
 saved model imports no compiler package."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kiln.errors import ArtifactError
+from kiln.errors import AotError, ArtifactError
 from kiln.ir import sizes
 from kiln.ir.types import SizeVar, TensorType, TupleType
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
+from kiln.runtime.async_runs import RunQueue
 from kiln.runtime.executor import GraphExecutor
 from kiln.runtime.footprint import Footprint, arena_bytes, code_bytes, kernel_weights
+from kiln.runtime.pool_runs import PoolRuns
 from kiln.runtime.process_memory import resident_bytes
-from kiln.target import Target, compiler_identity, find_compiler
+from kiln.runtime.run_handle import PreemptibleRun
+from kiln.runtime.thread_pool import Partition
+from kiln.target import Target, compiler_identity, find_compiler, host_cores
 
 if TYPE_CHECKING:
     import os
@@ -48,6 +55,11 @@ class Model:
     memory_limit: int | None = None  # bytes any one tensor (and the arena) of a run may take; None: what is available
     graph: GraphExecutor | None = None  # a loaded AOT model's kernel-by-kernel view of its library (for export)
     weights_bytes: int | None = None  # the weights as imported, before packing (None: not known)
+    queue: RunQueue = field(default_factory=lambda: RunQueue(host_cores()), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.runner, AotExecutor) and self.target.threading == "kiln":
+            self.runner.run_control = PoolRuns()  # its kernels launch into the pool: a cancel reaches them
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.memory_limit is None:
@@ -55,6 +67,20 @@ class Model:
         with sizes.memory_limit(self.memory_limit):
             _check_arena(self.runner)
             return self._run(feeds)
+
+    def run_async(self, feeds: dict[str, Any]) -> Future:
+        """`run(feeds)` on one of the model's worker threads; the Future holds its outputs or its error."""
+        return self.queue.submit(self.run, feeds)
+
+    def start(self, feeds: dict[str, Any], partition: Partition | None = None) -> PreemptibleRun:
+        """A run that can be cancelled and resumed (AotExecutor.start), on `partition` of Kiln's
+        pool (default: every core); it takes its arena now, under the model's memory limit."""
+        if not isinstance(self.runner, AotExecutor) or self.per_shape is not None:
+            raise AotError("only a model compiled ahead of time (static input shapes, executor='aot') "
+                           f"runs preemptibly; this one runs on the {self.executor} executor")
+        control = PoolRuns(partition) if partition is not None and self.target.threading == "kiln" else None
+        with sizes.memory_limit(self.memory_limit):
+            return self.runner.start(feeds, control)
 
     def _run(self, feeds: dict[str, Any]) -> list[Any]:
         if self.per_shape is not None:

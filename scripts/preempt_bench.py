@@ -1,0 +1,169 @@
+"""What preemptible runs cost and how fast they stop (issue 27), on the benchmark models built for Kiln's
+thread pool (target option -threading=kiln):
+
+(a) checkpoint cost: plain runs (kiln_model_run) against runs through the preemptible entry
+    (AotExecutor.start(...).run(): kiln_model_run_from, kiln_run_enter_step before every step, the run
+    handle's Python), taking turns (kiln.bench.alternate); medians and their ratio (goal <= 1.01).
+(b) cancel latency: runs start at the model's longest step (by kiln_model_profile) on --cores cores;
+    a second thread, spinning on its own core, cancels each at a random time inside that kernel; the
+    time from the cancel() call to run() returning preempted, p50 and p99 in microseconds (goal p99
+    <= 100 us). It includes the Python around both calls, so it bounds the pool's own latency from
+    above. A run that finished that kernel before the cancel came is a miss: left out and counted,
+    and another run is tried (up to MAX_TRIES per sample).
+
+    .venv/bin/python scripts/preempt_bench.py --models mlp resnet18 --runs 50 --samples 200 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert", "mlp")
+MAX_TRIES = 10  # cancelled runs per sample asked for, at most (a short kernel is often missed)
+
+
+@dataclass
+class Row:
+    model: str
+    plain_ms: float = 0.0
+    preemptible_ms: float = 0.0
+    ratio: float = 0.0
+    longest_step: int = -1
+    longest_kernel: str = ""
+    longest_kernel_ms: float = 0.0
+    cancel_us: list[float] = field(default_factory=list)
+    misses: int = 0
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.cancel_us, q)) if self.cancel_us else float("nan")
+
+
+def build(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray]]:
+    """The model built for Kiln's pool (AOT) and random feeds for it."""
+    import kiln
+    import kiln.models as M
+    from kiln.feeds import random_feeds
+    from kiln.target import Target
+
+    model = getattr(M, name)(batch=batch)
+    cm = kiln.build(model, target=dataclasses.replace(Target.host(), threading="kiln"))
+    if cm.executor != "aot":
+        raise SystemExit(f"{name}: built for the {cm.executor} executor; preemption needs an AOT build")
+    return cm.runner, random_feeds(kiln.from_onnx(model), {}, {})
+
+
+def checkpoint_cost(aot: Any, feeds: dict[str, np.ndarray], runs: int, row: Row) -> None:
+    from kiln.bench import Engine, alternate
+
+    def preemptible() -> list:
+        return aot.start(feeds).run().outputs
+
+    plain = aot.run(feeds)
+    if not all(np.array_equal(a, b) for a, b in zip(plain, preemptible())):
+        raise SystemExit(f"{row.model}: the preemptible entry's outputs differ from kiln_model_run's")
+    engines = [Engine("plain", lambda: aot.run(feeds)), Engine("preemptible", preemptible)]
+    alternate(engines, runs)
+    row.plain_ms, row.preemptible_ms = (statistics.median(e.times) * 1e3 for e in engines)
+    row.ratio = row.preemptible_ms / row.plain_ms
+
+
+def cancel_latency(aot: Any, feeds: dict[str, np.ndarray], samples: int, cores: int, row: Row) -> None:
+    """Cancel `samples` runs at random times inside the longest step; see the module doc."""
+    from kiln.runtime.pool_runs import PoolRuns
+    from kiln.runtime.thread_pool import Partition
+
+    steps = [s for _, s in aot.profile(feeds, 10)]
+    k = max(range(len(steps)), key=steps.__getitem__)
+    row.longest_step, row.longest_kernel = k, aot.memory_report().order[k]
+    row.longest_kernel_ms = steps[k] * 1e3
+    control = PoolRuns(Partition(0, cores))
+    for _ in range(MAX_TRIES * samples):
+        if len(row.cancel_us) == samples:
+            break
+        lat = _one_cancel(aot, feeds, control, k, random.uniform(0.0, 0.9) * steps[k])
+        if lat is None:
+            row.misses += 1
+        else:
+            row.cancel_us.append(lat * 1e6)
+
+
+def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int, delay: float) -> float | None:
+    """Seconds from cancel() to run() returning, for a run that starts at step k and is cancelled
+    `delay` seconds after its entry call began; None when it did not stop in step k."""
+    from kiln.runtime.run_handle import RunState
+
+    aot.run(feeds)
+    run = aot.start(feeds, control)
+    # NOTE: private on purpose: the run starts at step k over the arena the plain run above just
+    # filled (the pool hands out the arena freed last), so kernel k reads that run's real tensors
+    run._step = k
+    t: dict[str, float] = {}
+
+    def canceller() -> None:
+        # spins (a sleep wakes tens of microseconds late), letting go of the GIL on every turn so the
+        # running thread is not kept from its entry call
+        while not run._bound:  # set just before the entry call
+            if run.state not in (RunState.READY, RunState.RUNNING):  # it ran through unseen
+                return
+            time.sleep(0)
+        until = time.perf_counter() + delay
+        while time.perf_counter() < until:
+            time.sleep(0)
+        t["cancel"] = time.perf_counter()
+        run.cancel()
+
+    thread = threading.Thread(target=canceller)
+    thread.start()
+    result = run.run()
+    t["return"] = time.perf_counter()
+    thread.join()
+    run.close()
+    if result.preempted_at != k or "cancel" not in t:
+        return None
+    return t["return"] - t["cancel"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--runs", type=int, default=50, help="timed runs of each entry for (a)")
+    p.add_argument("--samples", type=int, default=200, help="cancelled runs per model for (b)")
+    p.add_argument("--cores", type=int, default=max(1, os.cpu_count() - 1),
+                   help="pool cores the runs of (b) use; the default leaves one to the cancelling thread")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    rows = []
+    print(f"{'model':14} {'plain ms':>9} {'preempt ms':>10} {'ratio':>6}  {'longest kernel':32} "
+          f"{'ms':>7} {'p50 us':>7} {'p99 us':>7} {'misses':>6}", flush=True)
+    for name in args.models:
+        aot, feeds = build(name, args.batch)
+        row = Row(name)
+        checkpoint_cost(aot, feeds, args.runs, row)
+        cancel_latency(aot, feeds, args.samples, args.cores, row)
+        rows.append(row)
+        print(f"{name:14} {row.plain_ms:9.3f} {row.preemptible_ms:10.3f} {row.ratio:6.3f}  "
+              f"{row.longest_kernel[:32]:32} {row.longest_kernel_ms:7.3f} {row.percentile(50):7.1f} "
+              f"{row.percentile(99):7.1f} {row.misses:6d}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps([dict(dataclasses.asdict(r), p50_us=r.percentile(50),
+                                              p99_us=r.percentile(99)) for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()

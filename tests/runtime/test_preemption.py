@@ -1,0 +1,144 @@
+"""Cancels that land inside kernels: a model built for Kiln's thread pool (-threading=kiln), cancelled
+from another thread while it runs, stops at a chunk boundary and resumes to the outputs of an
+uninterrupted run, bit for bit."""
+
+import dataclasses
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import kiln
+from kiln.runtime.run_handle import RunState
+from kiln.target import Target
+from tests.helpers import F, model
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+LAYERS, ROWS, WIDTH = 16, 256, 512  # 16 GEMMs of 256x512x512: 2.1 GFLOP, tens of ms on two cores
+
+
+def matmul_chain():
+    """x -> (MatMul, Relu) x LAYERS: long enough that a cancel a millisecond in lands mid-run."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(LAYERS):
+        w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    return model(nodes, [("x", F, [ROWS, WIDTH])], [("y", F, [ROWS, WIDTH])], inits)
+
+
+@pytest.fixture(scope="module")
+def chain():
+    cm = kiln.build(matmul_chain(), target=dataclasses.replace(Target.host(), threading="kiln"))
+    assert cm.executor == "aot"
+    x = np.random.default_rng(1).standard_normal((ROWS, WIDTH)).astype(np.float32)
+    return cm, {"x": x}, cm.run({"x": x})
+
+
+def _cancel_after(run, seconds: float, started: threading.Event) -> threading.Thread:
+    def cancel():
+        started.wait()
+        time.sleep(seconds)
+        run.cancel()
+
+    t = threading.Thread(target=cancel)
+    t.start()
+    return t
+
+
+def test_the_resumable_entry_marks_every_step(chain):
+    cm, _, _ = chain
+    entry = cm.library.source.code.split("kiln_model_run_from(", 1)[1]
+    steps = len(cm.runner.memory_report().order)
+    assert [f"kiln_run_enter_step({i});" in entry for i in range(steps + 1)] == [True] * steps + [False]
+
+
+def test_a_cancel_from_another_thread_preempts_and_resume_equals_the_uninterrupted_run(chain):
+    cm, feeds, want = chain
+    run, started = cm.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    r = run.run()
+    t.join()
+    assert r.preempted and 0 <= r.preempted_at < 2 * LAYERS and run.state is RunState.PREEMPTED
+    assert run.step == r.preempted_at
+    r = run.resume()
+    assert not r.preempted and np.array_equal(r.outputs[0], want[0])
+
+
+def test_a_run_preempted_many_times_still_equals_the_uninterrupted_run(chain):
+    """Each cancel comes twice as late as the one before, so the run gets through even a launch that
+    a resume runs again whole."""
+    cm, feeds, want = chain
+    run, stops, delay = cm.start(feeds), [], 0.0005
+    while True:
+        started = threading.Event()
+        delay *= 2
+        t = _cancel_after(run, delay, started)
+        started.set()
+        r = run.run()
+        t.join()
+        if not r.preempted:
+            break
+        stops.append(r.preempted_at)
+    assert stops and stops == sorted(stops)
+    assert np.array_equal(r.outputs[0], want[0])
+
+
+def test_other_runs_of_the_model_go_on_while_one_is_stopped(chain):
+    cm, feeds, want = chain
+    run, started = cm.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    assert run.run().preempted
+    t.join()
+    assert np.array_equal(cm.run(feeds)[0], want[0])  # on another arena
+    other = {"x": np.ones_like(feeds["x"])}
+    assert np.array_equal(cm.start(other).run().outputs[0], cm.run(other)[0])
+    assert np.array_equal(run.resume().outputs[0], want[0])
+
+
+def test_a_closed_run_leaves_its_arena_fit_for_the_next_run(chain):
+    """A run dropped mid-way leaves half-written tensors in its arena; the next run (which takes that
+    arena: the pool hands out the one freed last) writes each before reading it."""
+    cm, feeds, want = chain
+    run, started = cm.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    assert run.run().preempted
+    t.join()
+    arena = run._slot.arena.ctypes.data
+    run.close()
+    again = cm.start(feeds)
+    assert again._slot.arena.ctypes.data == arena
+    assert np.array_equal(again.run().outputs[0], want[0])
+
+
+def test_a_session_run_is_preempted_on_the_session_cores(chain):
+    cm, feeds, want = chain
+    session = kiln.InferenceSession(cm, threads=1)
+    run, started = session.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    r = run.run()
+    t.join()
+    assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
+    assert np.array_equal(session.run(None, feeds)[0], want[0])
+
+
+def test_a_saved_model_loads_preemptible(chain, tmp_path):
+    cm, feeds, want = chain
+    session = kiln.load(cm.export(tmp_path / "chain"))
+    run, started = session.start(feeds), threading.Event()
+    t = _cancel_after(run, 0.002, started)
+    started.set()
+    r = run.run()
+    t.join()
+    assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
