@@ -26,13 +26,17 @@ from dataclasses import dataclass
 
 from kiln.compiler.step_graph import StepGraph, chains, task_deps
 
-FLOP_RATE = 40e9  # flop/s one core sustains on the compiled kernels (fp32 FMA vectors, batch 1)
-BYTE_RATE = 20e9  # bytes/s one core streams through a kernel (batch 1: mostly cache-resident)
+FLOP_RATE = 80e9  # flop/s one core sustains on the compiled kernels (fp32 FMA vectors, batch 1)
+BYTE_RATE = 40e9  # bytes/s one core streams through a kernel (batch 1: mostly cache-resident)
 INTRA_EFFICIENCY = 0.8  # each extra core of a parallel loop adds this much of one core's speed
 FORK_JOIN_S = 4e-6  # per kernel on more than one core: waking the team and the closing barrier
-DISPATCH_S = 15e-6  # per task of the dataflow executor: the ready queue, a ctypes call, a wake-up
-RUN_S = 40e-6  # per dataflow run: handing the run to the workers and collecting it
+DISPATCH_S = 30e-6  # per task of the dataflow executor: the ready queue, a ctypes call, a wake-up
+RUN_S = 80e-6  # per dataflow run: handing the run to the workers and collecting it
 MARGIN = 1.25  # dataflow must be predicted this much faster
+# NOTE: calibrated on 2 AVX2 cores (scripts/dataflow_bench.py): the first guesses (40e9 flop/s, 20e9 B/s,
+# 15 us a task, 40 us a run) predicted sequential 0.219 ms and dataflow 0.127 ms for `ensemble`, measured
+# 0.080 and 0.144; with these values all three branching models stay sequential (each measured 0.34-0.56x
+# as dataflow), and two branches of 40 convs are chosen and measured 0.511 -> 0.375 ms
 MAX_WORKERS = 8
 
 

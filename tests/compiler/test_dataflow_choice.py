@@ -24,7 +24,7 @@ def _branches(lengths, stem=1):
 
 
 def test_balanced_branches_of_small_kernels_run_as_dataflow():
-    g, n = _branches([20, 20])
+    g, n = _branches([100, 100])
     c = choose(g, [SMALL] * n, cores=2)
     assert c.use and c.workers == 2 and c.cores_per_worker == 1
     assert c.dataflow_s * MARGIN < c.sequential_s
@@ -46,12 +46,12 @@ def test_large_kernels_gain_too_little_from_splitting_cores():
 
 
 def test_one_core_is_always_sequential():
-    g, n = _branches([20, 20])
+    g, n = _branches([100, 100])
     c = choose(g, [SMALL] * n, cores=1)
     assert not c.use and c.dataflow_s == float("inf")
 
 
 def test_four_branches_on_four_cores_take_four_workers():
-    g, n = _branches([16] * 4)
+    g, n = _branches([100] * 4)
     c = choose(g, [SMALL] * n, cores=4)
     assert c.use and c.workers == 4 and c.cores_per_worker == 1
