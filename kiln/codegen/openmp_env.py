@@ -46,24 +46,22 @@ def configure(env: MutableMapping[str, str] = os.environ) -> None:
 def set_num_threads(library) -> Any:
     """omp_set_num_threads of the OpenMP runtime a kernel library's kernels use (the library's own
     libgomp, or the process's when the linker dropped it); None without kernels or OpenMP."""
-    if library is None:
-        return None
-    fn = getattr(library.lib, "omp_set_num_threads", None)
-    if fn is None:
-        name = ctypes.util.find_library("gomp")
-        configure()
-        fn = getattr(ctypes.CDLL(name), "omp_set_num_threads", None) if name else None
-    return fn
+    return _omp_function(library, "omp_set_num_threads")
 
 
 def get_max_threads(library) -> Any:
     """omp_get_max_threads of the same OpenMP runtime as set_num_threads(library), to restore a
     calling thread's setting after borrowing it; None without kernels or OpenMP."""
+    return _omp_function(library, "omp_get_max_threads")
+
+
+def _omp_function(library, name: str) -> Any:
+    """`name` from the library's own libgomp, else from the process's; None without kernels or OpenMP."""
     if library is None:
         return None
-    fn = getattr(library.lib, "omp_get_max_threads", None)
+    fn = getattr(library.lib, name, None)
     if fn is None:
-        name = ctypes.util.find_library("gomp")
+        gomp = ctypes.util.find_library("gomp")
         configure()
-        fn = getattr(ctypes.CDLL(name), "omp_get_max_threads", None) if name else None
+        fn = getattr(ctypes.CDLL(gomp), name, None) if gomp else None
     return fn
