@@ -90,3 +90,22 @@ class LoweringError(KilnError):
 
 class RunStateError(KilnError):
     """A run in flight was used out of turn: run while it runs, or after it finished, failed or was closed."""
+
+
+class ServeError(KilnError):
+    """A request the server cannot take: its status code says why (400 malformed, 404 unknown model,
+    503 queue full, 504 timed out)."""
+
+    status = 400
+
+
+class UnknownModelError(ServeError):
+    status = 404
+
+
+class QueueFullError(ServeError):
+    status = 503
+
+
+class RequestTimeoutError(ServeError):
+    status = 504
