@@ -33,6 +33,14 @@ class InputError(KilnError):
     """A run-time input is missing, unknown, or has the wrong shape or dtype."""
 
 
+class CalibrationError(InputError):
+    """Calibration data for `kiln quantize` is missing or does not fit the model (names the file and input)."""
+
+
+class QuantizeError(KilnError):
+    """A model cannot be quantized as asked (an option out of range, an opset that cannot be raised)."""
+
+
 class ParseError(KilnError):
     """The IR text could not be parsed; names line and column."""
 
