@@ -5,6 +5,7 @@ evaluate(mod, feeds) runs a module with the reference interpreter; build(mod) co
 InferenceSession(path_or_model) and load(DIR) run compiled models with onnxruntime's API.
 Target.host() is the machine code is built for by default (build(mod, target=...) names another).
 configure_runtime(cores=, spin_us=, pin=) sets the process's thread pool, which every session shares.
+quantize(model, out, calibrate=...) writes an int8 (QDQ or dynamic) ONNX model.
 
 Every name is imported on first use (PEP 562): running a compiled model (kiln.load) then imports
 only the runtime, not the compiler, its passes, topi or onnx.
@@ -24,13 +25,14 @@ _WHERE = {"Target": "kiln.target", "from_onnx": "kiln.frontend.onnx",
           "configure_runtime": "kiln.runtime.thread_pool"}
 
 __all__ = ["ir", "Target", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load",
-           "configure_runtime", "__version__"]
+           "configure_runtime", "quantize", "__version__"]
 
 if TYPE_CHECKING:
     from kiln import ir
     from kiln.compiler import build
     from kiln.frontend.onnx import from_onnx
     from kiln.op.interpreter import evaluate
+    from kiln.quantize import quantize
     from kiln.runtime.thread_pool import configure_runtime
     from kiln.session import InferenceSession, load
     from kiln.target import Target
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """A public name, or a subpackage (kiln.models, kiln.transform, ...), imported on first use."""
+    """A public name, or a subpackage (kiln.models, kiln.transform, ...), imported on first use.
+
+    `quantize` is a subpackage that is also callable (kiln/quantize/__init__.py says why)."""
     if name == "ir":
         # NOTE: through the package, a parse must find every operator (kiln.ir.op_table is filled by kiln.op)
         importlib.import_module("kiln.op")

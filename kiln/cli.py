@@ -1,4 +1,4 @@
-"""The `kiln` command: compile, run, bench, tune, show, demo.
+"""The `kiln` command: compile, run, bench, tune, show, quantize, demo.
 
 User mistakes (bad file, unsupported op, wrong input) print the error message, not a traceback,
 and exit with status 2.
@@ -262,6 +262,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     check_rounds=args.check_rounds)
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from kiln.quantize.command import run_quantize
+
+    return run_quantize(args.model, args.output, args.calibrate, args.method, args.percentile, args.per_channel,
+                        args.dynamic, args.report)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from kiln.demo import run_demo
 
@@ -379,6 +386,27 @@ def build_parser() -> argparse.ArgumentParser:
                    "boxes, tensor shapes on edges")
     _add_pass_flags(s)
     s.set_defaults(fn=cmd_show)
+
+    q = sub.add_parser("quantize", help="quantize a model to int8 with Kiln's own calibration",
+                       description="Write an int8 version of MODEL.onnx that ONNX Runtime and Kiln run: static "
+                                   "(QDQ, ranges calibrated on --calibrate DATA) or --dynamic (MatMul/Gemm weights).")
+    q.add_argument("model", help="path to an .onnx file")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the quantized model")
+    q.add_argument("--calibrate", metavar="DATA", help="a directory of feeds, one run per file (.npz: one array "
+                   "per input, keyed by name; .npy: the input of a one-input model), or a number of random feeds")
+    q.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="minmax",
+                   help="how a tensor's calibrated values become its range (default minmax)")
+    q.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
+    granularity = q.add_mutually_exclusive_group()
+    granularity.add_argument("--per-channel", dest="per_channel", action="store_true", default=True,
+                             help="a weight scale per output channel (default)")
+    granularity.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                             help="one scale per weight")
+    q.add_argument("--dynamic", action="store_true", help="int8 MatMul/Gemm weights, activations quantized at run "
+                   "time (transformers); no calibration needed")
+    q.add_argument("--report", metavar="FILE.json", help="print the error each tensor adds (float vs quantized "
+                   "model: SQNR, max error, cosine) and write it as JSON")
+    q.set_defaults(fn=cmd_quantize)
 
     d = sub.add_parser("demo", help="take a built-in CNN through every stage of Kiln",
                        description="Build a small CNN from code (fixed-seed weights) and take it through "

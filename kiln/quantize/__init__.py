@@ -1,11 +1,12 @@
 """`kiln quantize` / `kiln.quantize(...)`: Kiln's own quantizer, ONNX in, QDQ (or dynamic-int8) ONNX out.
 
-Static: the float model runs on calibration feeds in Kiln's reference interpreter with every
-intermediate exposed; observers (min-max, percentile, entropy) turn each activation's values into a
-range; the rule table (`rules.py`) picks the nodes and the QDQ rewrite (`qdq.py`) writes uint8
-activations, int8 per-channel weights and int32 biases. Dynamic (`dynamic.py`): int8 MatMul/Gemm
-weights, activations quantized at run time. The error report (`error_report.py`) compares every
-tensor of the float and quantized models. Nothing here runs ONNX Runtime.
+Batch norms after convs are folded into them first. Static: the float model runs on calibration
+feeds in Kiln's reference interpreter with every intermediate exposed; observers (min-max,
+percentile, entropy) turn each activation's values into a range; the rule table (`rules.py`) picks
+the nodes and the QDQ rewrite (`qdq.py`) writes uint8 activations, int8 per-channel weights and
+int32 biases. Dynamic (`dynamic.py`): int8 MatMul/Gemm weights, activations quantized at run time.
+The error report (`error_report.py`) compares every tensor of the float and quantized models.
+Nothing here runs ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kiln.quantize.activations import exposing, float_tensors, run_all
 from kiln.quantize.calibration_data import Feeds, calibration_feeds
 from kiln.quantize.dynamic import quantize_dynamic
 from kiln.quantize.error_report import ErrorReport, ErrorSum, producers
+from kiln.quantize.fold_batchnorm import fold_batchnorm
 from kiln.quantize.observers import make_observer
 from kiln.quantize.params import ActivationParams
 from kiln.quantize.plan import plan_static
@@ -48,7 +50,7 @@ def quantize(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLi
 
     calibrate: a directory of .npz/.npy feed files (see calibration_data.py) or a number of random feeds;
     needed for static quantization, and used by the report of a dynamic one."""
-    source = _at_least_opset(load_model(model), QDQ_OPSET)
+    source = fold_batchnorm(_at_least_opset(load_model(model), QDQ_OPSET))
     floats = float_tensors(source)
     float_mod = exposing(source, floats)
     if not dynamic and calibrate is None:

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from kiln.quantize.graph_edit import with_nodes
 from kiln.quantize.names import UniqueNames
 from kiln.quantize.params import quantize_weight, weight_scale
 from kiln.quantize.plan import float_initializers
@@ -51,15 +52,7 @@ def quantize_dynamic(model: onnx.ModelProto, floats: set[str], per_channel: bool
         new_nodes, new_inits = _integer_matmul(node, w, consts, names, per_channel)
         nodes.extend(new_nodes)
         inits.extend(new_inits)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    used = {i for n in nodes for i in n.input} | {o.name for o in out.graph.output}
-    kept = [t for t in out.graph.initializer if t.name in used]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept + inits)
-    return out
+    return with_nodes(model, nodes, inits)
 
 
 def _integer_matmul(node: onnx.NodeProto, w: np.ndarray, consts: dict[str, onnx.TensorProto], names: UniqueNames,

@@ -9,6 +9,7 @@ SQNR of the float value through the tensor's own Q/DQ alone, the part this tenso
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -86,3 +87,11 @@ class ErrorReport:
 def producers(nodes: Iterable) -> dict[str, str]:
     """Tensor name -> the op type of the node that writes it."""
     return {o: n.op_type for n in nodes for o in n.output if o}
+
+
+def write_json(report: ErrorReport, path: str) -> None:
+    """The report as JSON at `path`, written so that a reader never sees half of it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(report.to_json())
+    os.replace(tmp, path)

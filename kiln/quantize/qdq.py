@@ -12,6 +12,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kiln.errors import QuantizeError
+from kiln.quantize.graph_edit import with_nodes
 from kiln.quantize.names import UniqueNames
 from kiln.quantize.params import (
     ActivationParams,
@@ -122,7 +123,7 @@ class QdqRewrite:
             for out in node.output:
                 if out in quantized:
                     self.quantize_dequantize(out)
-        return self._model()
+        return with_nodes(self.model, self.nodes, self.inits)
 
     def _rewired(self, node: onnx.NodeProto, plan: NodePlan | None) -> onnx.NodeProto:
         """The node reading dequantized values: its own weight, bias and constants, and every Q/DQ'd tensor."""
@@ -138,17 +139,6 @@ class QdqRewrite:
         new.input[:] = [replaced.get(i, i) for i in node.input]
         return new
 
-    def _model(self) -> onnx.ModelProto:
-        out = onnx.ModelProto()
-        out.CopyFrom(self.model)
-        graph = out.graph
-        del graph.node[:]
-        graph.node.extend(self.nodes)
-        used = {i for n in self.nodes for i in n.input} | {o.name for o in graph.output}
-        kept = [t for t in graph.initializer if t.name in used]
-        del graph.initializer[:]
-        graph.initializer.extend(kept + [t for t in self.inits if t.name in used])
-        return out
 
 
 def rewrite_qdq(model: onnx.ModelProto, plan: QuantPlan,
