@@ -38,6 +38,10 @@ def entropy_threshold(magnitudes: np.ndarray, limit: float, levels: int = LEVELS
     """The |x| clipping threshold from a histogram of |x| over [0, limit] (see the module doc)."""
     counts = magnitudes.astype(np.float64)
     bins = counts.size
+    # NOTE: ReLU outputs put half their values exactly at 0; that spike would dominate the divergence
+    # and pull the threshold far down, so the first bin counts as its neighbour (as NVIDIA's
+    # pytorch-quantization does)
+    counts[0] = counts[1]
     if counts.sum() == 0:
         return limit
     last = int(np.nonzero(counts)[0][-1]) + 1

@@ -15,6 +15,8 @@ from kiln.errors import QuantizeError
 from kiln.quantize.entropy import entropy_threshold
 from kiln.quantize.histogram import GrowingHistogram
 
+ENTROPY_MIN_PER_BIN = 4
+
 
 class MinMaxObserver:
     """The smallest and largest value seen."""
@@ -60,7 +62,12 @@ def percentile_range(hist: GrowingHistogram, low: float, high: float, percentile
 
 
 def entropy_range(hist: GrowingHistogram, low: float, high: float) -> tuple[float, float]:
-    """The range clipped to the entropy threshold of |x| (a one-signed tensor keeps its zero side)."""
+    """The range clipped to the entropy threshold of |x| (a one-signed tensor keeps its zero side).
+
+    A tensor of fewer values than ENTROPY_MIN_PER_BIN per bin (a pooled vector over a few feeds) keeps
+    its whole range: a divergence over a histogram that sparse measures noise, and clips real values."""
+    if hist.counts.sum() < ENTROPY_MIN_PER_BIN * hist.half_bins:
+        return low, high
     threshold = entropy_threshold(hist.magnitudes(), hist.limit)
     return max(low, -threshold), min(high, threshold)
 
