@@ -21,6 +21,7 @@ import onnx
 
 from kiln.errors import QuantizeError
 from kiln.frontend.onnx import load_model
+from kiln.ir.module import IRModule
 from kiln.quantize.activations import exposing, float_tensors, run_all
 from kiln.quantize.calibration_data import Feeds, calibration_feeds
 from kiln.quantize.dynamic import quantize_dynamic
@@ -78,7 +79,7 @@ def quantize(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLi
     return QuantizeResult(quantized, ranges, found)
 
 
-def calibrate_ranges(float_mod, feeds: list[Feeds], tensors: list[str], method: str,
+def calibrate_ranges(float_mod: IRModule, feeds: list[Feeds], tensors: list[str], method: str,
                      percentile: float) -> dict[str, Range]:
     """Each tensor's range over the feeds, as the method's observer sees it."""
     observers = {t: make_observer(method, percentile) for t in tensors}
@@ -103,7 +104,7 @@ def error_report(source: onnx.ModelProto, quantized: onnx.ModelProto, floats: se
     return ErrorReport([s.result() for s in sums], len(feeds), mode)
 
 
-def _report_feeds(float_mod) -> list[Feeds]:
+def _report_feeds(float_mod: IRModule) -> list[Feeds]:
     return [f for _, f in calibration_feeds(RANDOM_REPORT_FEEDS, float_mod)]
 
 

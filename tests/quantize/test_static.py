@@ -167,3 +167,32 @@ def test_kiln_quantize_is_callable_whatever_was_imported_first():
     import kiln.quantize.observers  # binds the package as kiln.quantize
 
     assert callable(kiln.quantize) and kiln.quantize.observers.make_observer
+
+
+def test_concat_pooling_and_activations_are_quantized_and_run():
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    lo, hi = (numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((0.0, "lo"), (1.0, "hi")))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c"], ["a"], alpha=0.1),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["k"]),
+             helper.make_node("Concat", ["a", "s", "k"], ["cat"], axis=1),
+             helper.make_node("AveragePool", ["cat"], ["avg"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Softmax", ["avg"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 4, 4])], [w, lo, hi])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = kiln.quantize(model, calibrate=8).model
+    for node in q.graph.node:
+        if node.op_type in ("LeakyRelu", "Sigmoid", "Concat", "AveragePool"):
+            assert all(d is not None for d in dequantize_inputs(q, node)), node.op_type
+        if node.op_type == "Clip":
+            assert node.input[1:] == ["lo", "hi"]  # its bounds stay float constants
+    x = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32) * 0.5}
+    theirs, ours = ort_run(q, x)[0], kiln.evaluate(kiln.from_onnx(q), x)[0]
+    assert np.abs(theirs - ours).max() < 2e-3 and relative_error(ort_run(model, x)[0], ours) < 0.05
