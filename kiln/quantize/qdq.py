@@ -35,7 +35,8 @@ class QdqRewrite:
         self.consts = float_initializers(model)
         self.names = UniqueNames(model)
         self.params: dict[str, ActivationParams] = {}
-        self.dequantized: dict[str, str] = {}  # tensor -> the name its DequantizeLinear writes
+        self.dequantized: dict[str, str] = {}  # computed tensor -> the name its DequantizeLinear writes
+        self.constants: dict[str, str] = {}  # constant activation -> its DequantizeLinear's output
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
@@ -77,15 +78,15 @@ class QdqRewrite:
 
     def constant_activation(self, t: str) -> str:
         """A constant read as an activation (an Add's bias after a MatMul): uint8 at its own range."""
-        if t not in self.dequantized:
+        if t not in self.constants:
             p = self.activation(t)
             values = numpy_helper.to_array(self.consts[t])
             q = np.clip(np.rint(values / p.scale) + p.zero_point, 0, 255).astype(np.uint8)
             stored = self.constant(f"{t}_quantized", q)
             scale = self.constant(f"{t}_scale", np.array(p.scale, np.float32))
             zero_point = self.constant(f"{t}_zero_point", np.array(p.zero_point, np.uint8))
-            self.dequantized[t] = self.dequantize(stored, scale, zero_point, f"{t}_dequantized", None)
-        return self.dequantized[t]
+            self.constants[t] = self.dequantize(stored, scale, zero_point, f"{t}_dequantized", None)
+        return self.constants[t]
 
     def weight_and_bias(self, plan: NodePlan) -> dict[str, str]:
         """The node's weight (int8) and bias (int32) behind DequantizeLinear: {float name: dequantized name}."""
@@ -127,18 +128,15 @@ class QdqRewrite:
 
     def _rewired(self, node: onnx.NodeProto, plan: NodePlan | None) -> onnx.NodeProto:
         """The node reading dequantized values: its own weight, bias and constants, and every Q/DQ'd tensor."""
-        replaced = dict(self.dequantized)
+        own: dict[str, str] = {}
         if plan is not None:
-            for t in plan.activations:
-                if t in self.plan.constants:
-                    replaced[t] = self.constant_activation(t)
+            own = {t: self.constant_activation(t) for t in plan.activations if t in self.plan.constants}
             if plan.weight is not None:
-                replaced.update(self.weight_and_bias(plan))
+                own.update(self.weight_and_bias(plan))
         new = onnx.NodeProto()
         new.CopyFrom(node)
-        new.input[:] = [replaced.get(i, i) for i in node.input]
+        new.input[:] = [own.get(i) or self.dequantized.get(i, i) for i in node.input]
         return new
-
 
 
 def rewrite_qdq(model: onnx.ModelProto, plan: QuantPlan,
