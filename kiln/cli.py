@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="one scale per weight")
     q.add_argument("--dynamic", action="store_true", help="int8 MatMul/Gemm weights, activations quantized at run "
                    "time (transformers); no calibration needed")
-    q.add_argument("--report", metavar="FILE.json", help="print the error each tensor adds (float vs quantized "
+    q.add_argument("--report", metavar="FILE", help="print the error each tensor adds (float vs quantized "
                    "model: SQNR, max error, cosine) and write it as JSON")
     q.set_defaults(fn=cmd_quantize)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import onnx
 
 from kiln.quantize.params import ActivationParams
 
@@ -84,7 +85,7 @@ class ErrorReport:
         return json.dumps({"mode": self.mode, "feeds": self.feeds, "tensors": rows}, indent=1)
 
 
-def producers(nodes: Iterable) -> dict[str, str]:
+def producers(nodes: Iterable[onnx.NodeProto]) -> dict[str, str]:
     """Tensor name -> the op type of the node that writes it."""
     return {o: n.op_type for n in nodes for o in n.output if o}
 

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 from kiln.cli import main
 from tests.quantize.models import cnn_logits, images, ort_run, write_npz_dir
@@ -42,7 +43,15 @@ def test_mistakes_exit_2_with_a_message(tmp_path, capsys):
     np.savez(tmp_path / "calib" / "one.npz", img=np.zeros((1, 3, 32, 32), np.float32))
     assert main(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--calibrate", str(tmp_path / "calib")]) == 2
     assert "one.npz: input(s) img are not the model's" in capsys.readouterr().err
-    assert main(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--calibrate", "2",
-                 "--report", str(tmp_path / "r.txt")]) == 2
-    assert "must end in .json" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--calibrate", "2", "--method", "mean"])
+    assert "invalid choice: 'mean'" in capsys.readouterr().err
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_the_method_choices_are_the_observers():
+    from kiln.cli import build_parser
+    from kiln.quantize.observers import OBSERVER_METHODS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["quantize"]
+    assert tuple(next(a for a in sub._actions if a.dest == "method").choices) == OBSERVER_METHODS
