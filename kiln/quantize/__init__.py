@@ -51,12 +51,13 @@ def quantize(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLi
 
     calibrate: a directory of .npz/.npy feed files (see calibration_data.py) or a number of random feeds;
     needed for static quantization, and used by the report of a dynamic one."""
-    source = fold_batchnorm(_at_least_opset(load_model(model), QDQ_OPSET))
-    floats = float_tensors(source)
-    float_mod = exposing(source, floats)
     if not dynamic and calibrate is None:
         raise QuantizeError("static quantization needs calibration data: a directory of .npz/.npy feeds or a "
                             "number of random feeds (--calibrate); or quantize dynamically (--dynamic)")
+    make_observer(method, percentile)  # a bad method or percentile fails here, before any work
+    source = fold_batchnorm(_at_least_opset(load_model(model), QDQ_OPSET))
+    floats = float_tensors(source)
+    float_mod = exposing(source, floats)
     feeds = [] if calibrate is None else [f for _, f in calibration_feeds(calibrate, float_mod)]
     if dynamic:
         quantized, ranges, params, dequantized = quantize_dynamic(source, floats, per_channel), {}, {}, {}
@@ -72,8 +73,8 @@ def quantize(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLi
     found = None
     if report:
         mode = "dynamic" if dynamic else f"static, {method}"
-        found = error_report(source, quantized, floats, feeds or _report_feeds(float_mod), params, dequantized,
-                             f"{mode}, {'per-channel' if per_channel else 'per-tensor'} weights")
+        found = error_report(source, float_mod, quantized, list(floats), feeds or _report_feeds(float_mod), params,
+                             dequantized, f"{mode}, {'per-channel' if per_channel else 'per-tensor'} weights")
     if output is not None:
         save_atomic(quantized, os.fspath(output))
     return QuantizeResult(quantized, ranges, found)
@@ -89,15 +90,17 @@ def calibrate_ranges(float_mod: IRModule, feeds: list[Feeds], tensors: list[str]
     return {t: observer.range() for t, observer in observers.items()}
 
 
-def error_report(source: onnx.ModelProto, quantized: onnx.ModelProto, floats: set[str], feeds: list[Feeds],
-                 params: dict[str, ActivationParams], dequantized: dict[str, str], mode: str) -> ErrorReport:
-    """Every float tensor produced by a node, float model against quantized model, over the first feeds."""
+def error_report(source: onnx.ModelProto, float_mod: IRModule, quantized: onnx.ModelProto, floats: list[str],
+                 feeds: list[Feeds], params: dict[str, ActivationParams], dequantized: dict[str, str],
+                 mode: str) -> ErrorReport:
+    """Every float tensor a node produces, float model (float_mod: source with `floats` exposed) against
+    quantized model, over the first feeds."""
     op_of = producers(source.graph.node)
-    names = [o for n in source.graph.node for o in n.output if o in floats]
+    wanted = set(floats)
+    names = [o for n in source.graph.node for o in n.output if o in wanted]
     sums = [ErrorSum(t, op_of[t], params.get(t)) for t in names]
     feeds = feeds[:REPORT_FEEDS]
     quantized_mod = exposing(quantized, [dequantized.get(t, t) for t in names])
-    float_mod = exposing(source, names)
     for ref, got in zip(run_all(float_mod, feeds), run_all(quantized_mod, feeds)):
         for s in sums:
             s.add(ref[s.name], got[dequantized.get(s.name, s.name)])
