@@ -22,7 +22,7 @@ from kiln.version import __version__
 _WHERE = {"Target": "kiln.target", "from_onnx": "kiln.frontend.onnx",
           "evaluate": "kiln.op.interpreter", "optimize": "kiln.transform.pipeline", "build": "kiln.compiler",
           "InferenceSession": "kiln.session", "load": "kiln.session",
-          "configure_runtime": "kiln.runtime.thread_pool"}
+          "configure_runtime": "kiln.runtime.thread_pool", "quantize": "kiln.quantization"}
 
 __all__ = ["ir", "Target", "from_onnx", "evaluate", "optimize", "build", "InferenceSession", "load",
            "configure_runtime", "quantize", "__version__"]
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from kiln.compiler import build
     from kiln.frontend.onnx import from_onnx
     from kiln.op.interpreter import evaluate
-    from kiln.quantize import quantize
+    from kiln.quantization import quantize
     from kiln.runtime.thread_pool import configure_runtime
     from kiln.session import InferenceSession, load
     from kiln.target import Target
@@ -40,9 +40,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """A public name, or a subpackage (kiln.models, kiln.transform, ...), imported on first use.
-
-    `quantize` is a subpackage that is also callable (kiln/quantize/__init__.py says why)."""
+    """A public name, or a subpackage (kiln.models, kiln.transform, ...), imported on first use."""
     if name == "ir":
         # NOTE: through the package, a parse must find every operator (kiln.ir.op_table is filled by kiln.op)
         importlib.import_module("kiln.op")

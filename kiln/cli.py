@@ -263,7 +263,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from kiln.quantize.command import run_quantize
+    from kiln.quantization.command import run_quantize
 
     return run_quantize(args.model, args.output, args.calibrate, args.method, args.percentile, args.per_channel,
                         args.dynamic, args.report)

@@ -7,7 +7,7 @@ took to quantize. Usage:
     .venv/bin/python scripts/quantize_compare.py bert --dynamic
 
 MODEL is a built-in model (kiln.models) or an .onnx file; calibration is a number of random feeds or
-a directory of .npz/.npy feeds (kiln/quantize/calibration_data.py), the test feeds random ones of
+a directory of .npz/.npy feeds (kiln/quantization/calibration_data.py), the test feeds random ones of
 another seed. Both quantized files run in ONNX Runtime, so the numbers compare the quantizers, not
 the runtimes (NOTE: on a CPU without VNNI ONNX Runtime's u8 x s8 kernels saturate, which costs both).
 """
@@ -27,7 +27,7 @@ from onnxruntime import quantization as ortq
 
 import kiln
 from kiln.feeds import random_feeds, symbolic_dims
-from kiln.quantize.calibration_data import calibration_feeds
+from kiln.quantization.calibration_data import calibration_feeds
 
 TEST_SEED = 10_000  # test feeds' seeds start here, far from the random calibration feeds' (0, 1, ...)
 

@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from kiln.quantize.graph_edit import with_nodes
-from kiln.quantize.names import UniqueNames
-from kiln.quantize.params import quantize_weight, weight_scale
-from kiln.quantize.plan import float_initializers
+from kiln.quantization.graph_edit import with_nodes
+from kiln.quantization.names import UniqueNames
+from kiln.quantization.params import quantize_weight, weight_scale
+from kiln.quantization.plan import float_initializers
 
 
 def _attrs(node: onnx.NodeProto) -> dict:

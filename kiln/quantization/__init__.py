@@ -12,8 +12,6 @@ Nothing here runs ONNX Runtime.
 from __future__ import annotations
 
 import os
-import sys
-import types
 import warnings
 from dataclasses import dataclass
 
@@ -22,15 +20,15 @@ import onnx
 from kiln.errors import QuantizeError
 from kiln.frontend.onnx import load_model
 from kiln.ir.module import IRModule
-from kiln.quantize.activations import exposing, float_tensors, run_all
-from kiln.quantize.calibration_data import Feeds, calibration_feeds
-from kiln.quantize.dynamic import quantize_dynamic
-from kiln.quantize.error_report import ErrorReport, ErrorSum, producers
-from kiln.quantize.fold_batchnorm import fold_batchnorm
-from kiln.quantize.observers import make_observer
-from kiln.quantize.params import ActivationParams
-from kiln.quantize.plan import plan_static
-from kiln.quantize.qdq import Range, rewrite_qdq
+from kiln.quantization.activations import exposing, float_tensors, run_all
+from kiln.quantization.calibration_data import Feeds, calibration_feeds
+from kiln.quantization.dynamic import quantize_dynamic
+from kiln.quantization.error_report import ErrorReport, ErrorSum, producers
+from kiln.quantization.fold_batchnorm import fold_batchnorm
+from kiln.quantization.observers import make_observer
+from kiln.quantization.params import ActivationParams
+from kiln.quantization.plan import plan_static
+from kiln.quantization.qdq import Range, rewrite_qdq
 
 QDQ_OPSET = 13  # per-axis QuantizeLinear/DequantizeLinear
 REPORT_FEEDS = 8  # feeds the error report runs both models on
@@ -141,16 +139,3 @@ def save_atomic(model: onnx.ModelProto, path: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-
-
-class _CallableModule(types.ModuleType):
-    """`kiln.quantize(...)` calls `quantize` even when `kiln.quantize` is this package.
-
-    NOTE: importing any kiln.quantize.* module binds the package as kiln's attribute `quantize`, so the
-    package itself must be callable for `kiln.quantize(...)` to work whatever was imported first."""
-
-    def __call__(self, *args, **kwargs) -> QuantizeResult:
-        return quantize(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

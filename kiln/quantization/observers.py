@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.errors import QuantizeError
-from kiln.quantize.entropy import entropy_threshold
-from kiln.quantize.histogram import GrowingHistogram
+from kiln.quantization.entropy import entropy_threshold
+from kiln.quantization.histogram import GrowingHistogram
 
 ENTROPY_MIN_PER_BIN = 4
 

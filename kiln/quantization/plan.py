@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from kiln.quantize.rules import QUANT_RULES, QuantRule, gemm_bias_is_plain
+from kiln.quantization.rules import QUANT_RULES, QuantRule, gemm_bias_is_plain
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from kiln.models import small_cnn
-from kiln.quantize.fold_batchnorm import fold_batchnorm
-from tests.quantize.models import images, ort_run
+from kiln.quantization.fold_batchnorm import fold_batchnorm
+from tests.quantization.models import images, ort_run
 
 
 def test_folded_cnn_computes_the_same():

@@ -7,7 +7,7 @@ import pytest
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import kiln
-from tests.quantize.models import cnn_logits, images, ort_run, small_mlp, write_npz_dir
+from tests.quantization.models import cnn_logits, images, ort_run, small_mlp, write_npz_dir
 
 
 class Feeds(CalibrationDataReader):

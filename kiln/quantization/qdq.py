@@ -12,9 +12,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kiln.errors import QuantizeError
-from kiln.quantize.graph_edit import with_nodes
-from kiln.quantize.names import UniqueNames
-from kiln.quantize.params import (
+from kiln.quantization.graph_edit import with_nodes
+from kiln.quantization.names import UniqueNames
+from kiln.quantization.params import (
     ActivationParams,
     activation_params,
     bias_fitting_scale,
@@ -22,7 +22,7 @@ from kiln.quantize.params import (
     quantize_weight,
     weight_scale,
 )
-from kiln.quantize.plan import NodePlan, QuantPlan, float_initializers
+from kiln.quantization.plan import NodePlan, QuantPlan, float_initializers
 
 Range = tuple[float, float]
 

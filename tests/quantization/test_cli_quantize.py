@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 from kiln.cli import main
-from tests.quantize.models import cnn_logits, images, ort_run, write_npz_dir
+from tests.quantization.models import cnn_logits, images, ort_run, write_npz_dir
 
 
 def test_static_with_a_report(tmp_path, capsys):
@@ -51,7 +51,7 @@ def test_mistakes_exit_2_with_a_message(tmp_path, capsys):
 
 def test_the_method_choices_are_the_observers():
     from kiln.cli import build_parser
-    from kiln.quantize.observers import OBSERVER_METHODS
+    from kiln.quantization.observers import OBSERVER_METHODS
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["quantize"]
     assert tuple(next(a for a in sub._actions if a.dest == "method").choices) == OBSERVER_METHODS

@@ -8,7 +8,7 @@ from onnx import numpy_helper
 
 import kiln
 from kiln.models import bert_tiny
-from tests.quantize.models import cosine, ort_run, small_mlp
+from tests.quantization.models import cosine, ort_run, small_mlp
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kiln.quantize.params import activation_params, bias_fitting_scale, quantize_bias, quantize_weight, weight_scale
+from kiln.quantization.params import activation_params, bias_fitting_scale, quantize_bias, quantize_weight, weight_scale
 
 
 def test_activation_params_cover_the_range_and_zero():

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.quantize.error_report import ErrorReport, ErrorSum
-from kiln.quantize.params import activation_params
-from tests.quantize.models import cnn_logits, images, write_npz_dir
+from kiln.quantization.error_report import ErrorReport, ErrorSum
+from kiln.quantization.params import activation_params
+from tests.quantization.models import cnn_logits, images, write_npz_dir
 
 
 def test_error_sum_matches_a_direct_computation():

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from kiln.quantize.params import ActivationParams
+from kiln.quantization.params import ActivationParams
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 import kiln
-from tests.quantize.models import cnn_logits, images, ort_run, small_mlp, write_npz_dir
+from tests.quantization.models import cnn_logits, images, ort_run, small_mlp, write_npz_dir
 
 
 @pytest.fixture(scope="module")
@@ -163,10 +163,10 @@ def test_static_quantization_without_data_is_an_error(float_model):
         kiln.quantize(float_model)
 
 
-def test_kiln_quantize_is_callable_whatever_was_imported_first():
-    import kiln.quantize.observers  # binds the package as kiln.quantize
+def test_kiln_quantize_is_the_function_whatever_was_imported_first():
+    import kiln.quantization.observers
 
-    assert callable(kiln.quantize) and kiln.quantize.observers.make_observer
+    assert kiln.quantize is kiln.quantization.quantize and kiln.quantization.observers.make_observer
 
 
 def test_concat_pooling_and_activations_are_quantized_and_run():

@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from kiln.quantize.graph_edit import with_nodes
-from kiln.quantize.names import UniqueNames
-from kiln.quantize.plan import float_initializers
+from kiln.quantization.graph_edit import with_nodes
+from kiln.quantization.names import UniqueNames
+from kiln.quantization.plan import float_initializers
 
 
 def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:

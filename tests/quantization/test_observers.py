@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from kiln.errors import QuantizeError
-from kiln.quantize.entropy import entropy_threshold
-from kiln.quantize.histogram import GrowingHistogram
-from kiln.quantize.observers import make_observer
+from kiln.quantization.entropy import entropy_threshold
+from kiln.quantization.histogram import GrowingHistogram
+from kiln.quantization.observers import make_observer
 
 
 def test_minmax_is_exact_over_batches():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kiln.quantize import quantize
-from kiln.quantize.error_report import write_json
+from kiln.quantization import quantize
+from kiln.quantization.error_report import write_json
 
 
 def run_quantize(model: str, output: str, calibrate: str | None, method: str, percentile: float,

@@ -7,8 +7,8 @@ import pytest
 
 import kiln
 from kiln.errors import CalibrationError
-from kiln.quantize.calibration_data import calibration_feeds
-from tests.quantize.models import cnn_logits, write_npz_dir
+from kiln.quantization.calibration_data import calibration_feeds
+from tests.quantization.models import cnn_logits, write_npz_dir
 
 
 @pytest.fixture(scope="module")
