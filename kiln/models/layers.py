@@ -34,8 +34,9 @@ def activation(g: GraphBuilder, x: str, kind: str | None, name: str) -> str:
         return x
     if kind == "silu":
         return g.node("Mul", [x, g.node("Sigmoid", [x], f"{name}.sigmoid")], name)
-    ops = {"relu": "Relu", "hardswish": "HardSwish", "hardsigmoid": "HardSigmoid"}
-    return g.node(ops[kind], [x], name)
+    if kind == "hardsigmoid":  # PyTorch's slope, not ONNX's default 0.2
+        return g.node("HardSigmoid", [x], name, alpha=1.0 / 6, beta=0.5)
+    return g.node({"relu": "Relu", "hardswish": "HardSwish"}[kind], [x], name)
 
 
 def conv_bn(g: GraphBuilder, x: str, cin: int, cout: int, k: int, name: str, stride: int = 1, groups: int = 1,
