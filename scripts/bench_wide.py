@@ -47,6 +47,7 @@ class Row:
     p90_ms: dict[str, float] = field(default_factory=dict)
     max_diff_vs_ort: dict[str, float] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)  # engine -> why it did not run
+    host_groups: int = 0  # Kiln's groups that run on the host (Python) instead of compiled: a gap by themselves
 
 
 def build_model(name: str, batch: int, tiny: bool):
@@ -57,7 +58,8 @@ def build_model(name: str, batch: int, tiny: bool):
 
 
 def make_runner(engine: str, model, threads: int, opt_level: int):
-    """A no-argument function running `model` once on `engine` with fixed feeds, returning its outputs."""
+    """A no-argument function running `model` once on `engine` with fixed feeds, returning its outputs, and
+    what the build says of itself (Kiln: its host groups)."""
     from kiln.models.wide import wide_feeds
 
     feeds = wide_feeds(model)
@@ -65,20 +67,20 @@ def make_runner(engine: str, model, threads: int, opt_level: int):
         import kiln
 
         sess = kiln.InferenceSession(kiln.build(kiln.from_onnx(model), opt_level=opt_level), threads=threads)
-        return lambda: sess.run(None, feeds)
+        return (lambda: sess.run(None, feeds)), {"host_groups": len(sess.model.host_groups)}
     if engine == "onnxruntime":
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return lambda: sess.run(None, feeds)
+        return (lambda: sess.run(None, feeds)), {}
     try:
         from torch_eager import EagerReplay
     except ImportError:
         raise NotImplementedError("torch is not installed (pip install torch==2.13.0)") from None
     eager = EagerReplay(model, threads)
-    return lambda: eager.run(feeds)
+    return (lambda: eager.run(feeds)), {}
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -87,13 +89,14 @@ def worker(args: argparse.Namespace) -> None:
 
     t0 = time.perf_counter()
     try:
-        run = make_runner(args.worker, build_model(args.model, args.batch, args.tiny), args.threads, args.opt_level)
+        run, about = make_runner(args.worker, build_model(args.model, args.batch, args.tiny), args.threads,
+                                 args.opt_level)
         outs = run()
     except Exception as e:  # any failure to build or run is this engine's n/a cell, with its reason
         print(json.dumps({"error": f"{type(e).__name__}: {e}"[:300]}), flush=True)
         return
     np.savez(args.outputs, *[np.asarray(o) for o in outs])
-    print(json.dumps({"build_s": time.perf_counter() - t0}), flush=True)
+    print(json.dumps({"build_s": time.perf_counter() - t0, **about}), flush=True)
     for line in sys.stdin:
         times = []
         settle(run)
@@ -166,6 +169,7 @@ def measure(name: str, batch: int, threads: int, args: argparse.Namespace) -> Ro
                 w.proc.wait()
             else:
                 row.build_s[w.engine] = w.ready["build_s"]
+                row.host_groups += w.ready.get("host_groups", 0)
                 workers.append(w)
         try:
             take_turns(workers, args.runs, args.burst, args.deadline)
@@ -217,6 +221,8 @@ def markdown(rows: list[Row], peak: dict[str, float]) -> str:
                      f"of {len(ks)} above 1.0, worst {worst.model} {ratio(worst, 'kiln'):.2f}")
     reasons = {(r.model, e): why for r in rows for e, why in r.unavailable.items()}
     lines += [f"- n/a: {e} on {m}: {why}" for (m, e), why in reasons.items()]
+    lines += list(dict.fromkeys(f"- kiln runs {r.host_groups} group(s) of {r.model} on the host" for r in rows
+                                if r.host_groups))
     return "\n".join(lines)
 
 

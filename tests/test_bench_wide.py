@@ -39,12 +39,14 @@ def test_table_marks_an_engine_that_could_not_run():
     bw = _script()
     rows = [bw.Row("m1", "cnn", 1, 2, 1.0, median_ms={"kiln": 2.0, "onnxruntime": 4.0},
                    unavailable={"torch_eager": "NotImplementedError: no mapping for NonMaxSuppression"}),
-            bw.Row("m2", "mlp", 1, 2, 0.5, median_ms={"kiln": 3.0, "onnxruntime": 1.5, "torch_eager": 3.0})]
+            bw.Row("m2", "mlp", 1, 2, 0.5, median_ms={"kiln": 3.0, "onnxruntime": 1.5, "torch_eager": 3.0},
+                   host_groups=1)]
     text = bw.markdown(rows, {"fma_peak_gflops_2t": 100.0})
     assert "| m1 | cnn | 1 | 2 | 2.000 | 4.000 | n/a | 0.50 | n/a | 500.0 | 500.0% |" in text
     assert "| m2 | mlp | 1 | 2 | 3.000 | 1.500 | 3.000 | 2.00 | 2.00 |" in text
     assert "batch 1, 2 threads: geomean kiln/ort 1.00, 1 of 2 above 1.0, worst m2 2.00" in text
     assert "- n/a: torch_eager on m1: NotImplementedError: no mapping for NonMaxSuppression" in text
+    assert "- kiln runs 1 group(s) of m2 on the host" in text and "of m1 on the host" not in text
 
 
 def _run(*args, tmp_path):
@@ -59,7 +61,7 @@ def test_a_tiny_run_times_each_engine_in_its_own_process(tmp_path):
              tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(out.read_text())["rows"]
-    assert row["model"] == "mlp" and row["family"] == "mlp" and row["unavailable"] == {}
+    assert row["model"] == "mlp" and row["family"] == "mlp" and row["unavailable"] == {} and row["host_groups"] == 0
     assert set(row["median_ms"]) == {"kiln", "onnxruntime"} and all(v > 0 for v in row["median_ms"].values())
     assert row["max_diff_vs_ort"]["kiln"] < 1e-4 and math.isfinite(row["gflop"])
     assert "| mlp | mlp | 1 | 1 |" in (tmp_path / "wide.md").read_text()
