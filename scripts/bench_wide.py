@@ -17,6 +17,7 @@ run a model (an op torch's replay lacks, say), its cell is n/a and the reason is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -32,7 +33,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ENGINES = ("kiln", "onnxruntime", "torch_eager")
+# kiln_pool: Kiln on its own thread pool (-threading=kiln) instead of libgomp's team, when asked for
+ENGINES = ("kiln", "onnxruntime", "torch_eager", "kiln_pool")
+DEFAULT_ENGINES = ENGINES[:3]
+SHORT = {"onnxruntime": "ort", "torch_eager": "torch"}
 
 
 @dataclass
@@ -63,10 +67,13 @@ def make_runner(engine: str, model, threads: int, opt_level: int):
     from kiln.models.wide import wide_feeds
 
     feeds = wide_feeds(model)
-    if engine == "kiln":
+    if engine in ("kiln", "kiln_pool"):
         import kiln
+        from kiln.target import Target
 
-        sess = kiln.InferenceSession(kiln.build(kiln.from_onnx(model), opt_level=opt_level), threads=threads)
+        target = dataclasses.replace(Target.host(), threading="kiln") if engine == "kiln_pool" else None
+        sess = kiln.InferenceSession(kiln.build(kiln.from_onnx(model), target=target, opt_level=opt_level),
+                                     threads=threads)
         return (lambda: sess.run(None, feeds)), {"host_groups": len(sess.model.host_groups)}
     if engine == "onnxruntime":
         import onnxruntime as ort
@@ -201,24 +208,30 @@ def cell(value: float, spec: str) -> str:
     return format(value, spec) if math.isfinite(value) else "n/a"
 
 
+def summary(group: list[Row], engine: str, batch: int, threads: int) -> str:
+    ks = [ratio(r, engine) for r in group]
+    worst = max(group, key=lambda r: ratio(r, engine) if math.isfinite(ratio(r, engine)) else -1.0)
+    return (f"batch {batch}, {threads} threads: geomean {engine}/ort {geomean(ks):.2f}, {sum(k > 1.0 for k in ks)} "
+            f"of {len(ks)} above 1.0, worst {worst.model} {ratio(worst, engine):.2f}")
+
+
 def markdown(rows: list[Row], peak: dict[str, float]) -> str:
     """The table: one line per model, batch and threads; geomeans per batch and threads; the n/a reasons."""
-    lines = ["| model | family | batch | threads | kiln ms | ort ms | torch ms | kiln/ort | torch/ort | GFLOP/s "
-             "| % peak |", "|" + "---|" * 11]
+    engines = [e for e in ENGINES if any(e in r.median_ms or e in r.unavailable for r in rows)]
+    versus = [e for e in engines if e != "onnxruntime"]
+    head = [f"{SHORT.get(e, e)} ms" for e in engines] + [f"{SHORT.get(e, e)}/ort" for e in versus]
+    lines = ["| model | family | batch | threads | " + " | ".join(head) + " | GFLOP/s | % peak |",
+             "|" + "---|" * (6 + len(head))]
     for r in rows:
-        ms = [f"{r.median_ms[e]:.3f}" if e in r.median_ms else "n/a" for e in ENGINES]
+        ms = [f"{r.median_ms[e]:.3f}" if e in r.median_ms else "n/a" for e in engines]
         gf = r.gflop / (r.median_ms["kiln"] * 1e-3) if "kiln" in r.median_ms else math.nan
         p = peak.get(f"fma_peak_gflops_{r.threads}t") or max(peak.values(), default=math.nan)
-        cells = [cell(ratio(r, "kiln"), ".2f"), cell(ratio(r, "torch_eager"), ".2f"), cell(gf, ".1f"),
-                 cell(100 * gf / p, ".1f") + "%"]
+        cells = [cell(ratio(r, e), ".2f") for e in versus] + [cell(gf, ".1f"), cell(100 * gf / p, ".1f") + "%"]
         lines.append(f"| {r.model} | {r.family} | {r.batch} | {r.threads} | {' | '.join(ms + cells)} |")
     lines.append("")
     for b, t in dict.fromkeys((r.batch, r.threads) for r in rows):
         group = [r for r in rows if (r.batch, r.threads) == (b, t)]
-        ks = [ratio(r, "kiln") for r in group]
-        worst = max(group, key=lambda r: ratio(r, "kiln") if math.isfinite(ratio(r, "kiln")) else -1.0)
-        lines.append(f"batch {b}, {t} threads: geomean kiln/ort {geomean(ks):.2f}, {sum(k > 1.0 for k in ks)} "
-                     f"of {len(ks)} above 1.0, worst {worst.model} {ratio(worst, 'kiln'):.2f}")
+        lines += [summary(group, e, b, t) for e in versus if e.startswith("kiln")]
     reasons = {(r.model, e): why for r in rows for e, why in r.unavailable.items()}
     lines += [f"- n/a: {e} on {m}: {why}" for (m, e), why in reasons.items()]
     lines += list(dict.fromkeys(f"- kiln runs {r.host_groups} group(s) of {r.model} on the host" for r in rows
@@ -232,7 +245,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(WIDE), choices=list(WIDE))
     p.add_argument("--families", nargs="+", help="only the models of these families (kiln.models.wide)")
-    p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    p.add_argument("--engines", nargs="+", default=list(DEFAULT_ENGINES), choices=ENGINES,
+                   help="kiln_pool: Kiln on its own thread pool (-threading=kiln) beside the default build")
     p.add_argument("--batch", nargs="+", type=int, default=[1, 8])
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--runs", type=int, default=20, help="timed runs per engine")

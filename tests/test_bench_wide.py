@@ -49,6 +49,16 @@ def test_table_marks_an_engine_that_could_not_run():
     assert "- kiln runs 1 group(s) of m2 on the host" in text and "of m1 on the host" not in text
 
 
+def test_a_second_kiln_engine_gets_its_columns_and_geomean():
+    bw = _script()
+    rows = [bw.Row("m", "mlp", 8, 1, 1.0, median_ms={"kiln": 2.0, "onnxruntime": 4.0, "kiln_pool": 1.0})]
+    text = bw.markdown(rows, {"fma_peak_gflops_1t": 1000.0})
+    assert text.splitlines()[0] == ("| model | family | batch | threads | kiln ms | ort ms | kiln_pool ms | kiln/ort "
+                                    "| kiln_pool/ort | GFLOP/s | % peak |")
+    assert "| m | mlp | 8 | 1 | 2.000 | 4.000 | 1.000 | 0.50 | 0.25 | 500.0 | 50.0% |" in text
+    assert "batch 8, 1 threads: geomean kiln_pool/ort 0.25, 0 of 1 above 1.0, worst m 0.25" in text
+
+
 def _run(*args, tmp_path):
     return subprocess.run([sys.executable, str(SCRIPTS / "bench_wide.py"), *args], capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
