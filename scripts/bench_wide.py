@@ -114,6 +114,12 @@ def worker(args: argparse.Namespace) -> None:
         print(json.dumps({"times": times}), flush=True)
 
 
+class WorkerDied(RuntimeError):
+    def __init__(self, engine: str, message: str):
+        super().__init__(message)
+        self.engine = engine
+
+
 class Worker:
     """The parent's handle on one engine's worker process; stopped except during its turns."""
 
@@ -124,15 +130,25 @@ class Worker:
                str(threads), "--opt-level", str(args.opt_level), "--outputs", self.outputs] + (
             ["--tiny"] if args.tiny else [])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.ready = json.loads(self.proc.stdout.readline() or '{"error": "the worker died while building"}')
+        self.ready = self.reply() or {"error": f"the worker died while building (exit {self.proc.wait()})"}
         if "error" not in self.ready:
             self.proc.send_signal(signal.SIGSTOP)
+
+    def reply(self) -> dict | None:
+        """The worker's next JSON line (lines a library printed are skipped); None once it has died."""
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        return None
 
     def turn(self, runs: int) -> None:
         self.proc.send_signal(signal.SIGCONT)
         self.proc.stdin.write(f"turn {runs}\n")
         self.proc.stdin.flush()
-        self.times += json.loads(self.proc.stdout.readline())["times"]
+        answer = self.reply()
+        if answer is None:
+            raise WorkerDied(self.engine, f"its worker died during a turn (exit {self.proc.wait()})")
+        self.times += answer["times"]
         self.proc.send_signal(signal.SIGSTOP)
 
     def close(self) -> None:
@@ -180,6 +196,9 @@ def measure(name: str, batch: int, threads: int, args: argparse.Namespace) -> Ro
                 workers.append(w)
         try:
             take_turns(workers, args.runs, args.burst, args.deadline)
+        except WorkerDied as e:  # the others' times are kept; this engine's cell is n/a
+            row.unavailable[e.engine] = str(e)
+            workers = [w for w in workers if w.engine != e.engine]
         finally:
             for w in workers:
                 w.close()
@@ -187,6 +206,9 @@ def measure(name: str, batch: int, threads: int, args: argparse.Namespace) -> Ro
         ref = by_engine.get("onnxruntime")
         ref_outs = None if ref is None else np.load(ref.outputs)
         for w in workers:
+            if not w.times:  # a turn of another engine failed before this one's first
+                row.unavailable[w.engine] = "no timed run"
+                continue
             row.median_ms[w.engine] = float(np.median(w.times)) * 1e3
             row.p90_ms[w.engine] = float(np.percentile(w.times, 90)) * 1e3
             if ref_outs is not None:

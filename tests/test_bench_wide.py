@@ -1,11 +1,14 @@
 """scripts/bench_wide.py: engines in their own processes taking turns, the table and its n/a cells."""
 
 import importlib.util
+import io
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -33,6 +36,38 @@ def test_turns_alternate_until_every_engine_has_its_runs():
     workers = [_FakeWorker("a", log), _FakeWorker("b", log)]
     bw.take_turns(workers, runs=5, burst=2, deadline_s=60)
     assert log == [("a", 2), ("b", 2), ("a", 2), ("b", 2), ("a", 1), ("b", 1)]
+
+
+class _FakeProc:
+    def __init__(self, text):
+        self.stdout, self.stdin = io.StringIO(text), io.StringIO()
+
+    def send_signal(self, sig):
+        pass
+
+    def wait(self):
+        return -9
+
+
+def _worker(bw, text):
+    w = bw.Worker.__new__(bw.Worker)
+    w.engine, w.times, w.proc = "kiln", [], _FakeProc(text)
+    return w
+
+
+def test_a_worker_reply_skips_what_a_library_printed():
+    bw = _script()
+    w = _worker(bw, 'compiling 3 kernels\n{"times": [0.5, 0.25]}\n')
+    w.turn(2)
+    assert w.times == [0.5, 0.25]
+
+
+def test_a_worker_that_dies_in_a_turn_names_its_engine():
+    bw = _script()
+    w = _worker(bw, "Segmentation fault\n")
+    with pytest.raises(bw.WorkerDied, match="died during a turn") as err:
+        w.turn(2)
+    assert err.value.engine == "kiln"
 
 
 def test_table_marks_an_engine_that_could_not_run():
