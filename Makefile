@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 JOBS ?= 2
 
-.PHONY: demo test test-slow fuzz conformance conformance-compiled bench bench-gemm limits lint clean check-tools
+.PHONY: demo test test-slow fuzz conformance conformance-compiled bench bench-wide bench-gemm limits lint clean check-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -47,6 +47,13 @@ conformance-compiled: $(STAMP)
 bench: check-tools $(STAMP)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) scripts/bench_models.py --json bench_results.json
+
+# the wide benchmark (issue 31): every model family of kiln.models.wide at batch 1 and 8, 1 and 2 threads, each
+# engine in its own process; BENCH_WIDE_ARGS narrows it, e.g. BENCH_WIDE_ARGS='--models mlp vgg11 --batch 1'
+BENCH_WIDE_ARGS ?=
+bench-wide: check-tools $(STAMP)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) scripts/bench_wide.py --json bench_wide.json --markdown bench_wide.md $(BENCH_WIDE_ARGS)
 
 bench-gemm: check-tools $(STAMP)
 	$(PY) scripts/bench_gemm.py

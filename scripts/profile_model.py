@@ -61,7 +61,8 @@ def model_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The arguments that name a model and how to build and run it."""
     from bench_models import EXTRA, MODELS
 
-    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, or an .onnx file (symbolic dims = 1)")
+    p.add_argument("model", help=f"one of {', '.join(MODELS + EXTRA)}, a model of kiln.models.wide, or an .onnx "
+                                 "file (symbolic dims = 1)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--opt-level", type=int, default=3)
@@ -86,11 +87,15 @@ def build(args: argparse.Namespace):
 
 
 def load(name: str, batch: int):
-    """A built-in benchmark model by name, or an .onnx file with its symbolic dims set to 1."""
+    """A built-in benchmark model by name (bench_models' or the wide set's), or an .onnx file with its
+    symbolic dims set to 1."""
     from bench_models import EXTRA, MODELS, make_model
+    from kiln.models.wide import WIDE
 
     if name in MODELS + EXTRA:
         return make_model(name, batch)
+    if name in WIDE:
+        return WIDE[name].build(batch)
     from kiln.feeds import with_fixed_dims
     from kiln.frontend.onnx import load_model
 

@@ -25,8 +25,9 @@ def _conv(t, x, w, b=None, **a):
     half = len(pads) // 2
     if pads[:half] != pads[half:]:
         raise NotImplementedError("asymmetric Conv pads")
-    return t.nn.functional.conv2d(x, w, b, stride=a.get("strides", 1), padding=pads[:half],
-                                  dilation=a.get("dilations", 1), groups=a.get("group", 1))
+    conv = {3: t.nn.functional.conv1d, 4: t.nn.functional.conv2d}[w.dim()]
+    return conv(x, w, b, stride=a.get("strides", 1), padding=pads[:half], dilation=a.get("dilations", 1),
+                groups=a.get("group", 1))
 
 
 def _max_pool(t, x, **a):
@@ -49,6 +50,81 @@ def _reshape(t, x, shape, **a):
 def _layer_norm(t, x, g, b=None, **a):
     axis = a.get("axis", -1) % x.dim()
     return t.nn.functional.layer_norm(x, x.shape[axis:], g, b, a.get("epsilon", 1e-5))
+
+
+def _conv_transpose(t, x, w, b=None, **a):
+    pads = list(a.get("pads", [0] * (2 * (w.dim() - 2))))
+    return t.nn.functional.conv_transpose2d(x, w, b, stride=a.get("strides", 1), padding=pads[:len(pads) // 2],
+                                            groups=a.get("group", 1))
+
+
+def _avg_pool(t, x, **a):
+    pads = list(a.get("pads", [0, 0, 0, 0]))
+    return t.nn.functional.avg_pool2d(x, a["kernel_shape"], a.get("strides", a["kernel_shape"]), pads[:2],
+                                      count_include_pad=bool(a.get("count_include_pad", 0)))
+
+
+def _slice(t, x, starts, ends, axes=None, steps=None):
+    index = [slice(None)] * x.dim()
+    axes = range(len(starts)) if axes is None else axes.tolist()
+    steps = [1] * len(starts) if steps is None else steps.tolist()
+    for ax, lo, hi, st in zip(axes, starts.tolist(), ends.tolist(), steps):
+        index[ax] = slice(lo, hi, st)
+    return x[tuple(index)]
+
+
+def _resize(t, x, roi=None, scales=None, sizes=None, **a):
+    text = {k: v.decode() for k, v in a.items() if isinstance(v, bytes)}
+    if text.get("coordinate_transformation_mode", "half_pixel") != "half_pixel" or sizes is not None:
+        raise NotImplementedError("Resize other than half-pixel scales")
+    mode = {"nearest": "nearest", "linear": "bilinear"}[text.get("mode", "nearest")]
+    return t.nn.functional.interpolate(x, scale_factor=[float(s) for s in scales[2:]], mode=mode)
+
+
+def _pad(t, x, pads, value=None, **a):
+    if a.get("mode", b"constant") != b"constant":
+        raise NotImplementedError("Pad modes other than constant")
+    p, n = pads.tolist(), x.dim()
+    flat = [v for d in reversed(range(n)) for v in (p[d], p[d + n])]
+    return t.nn.functional.pad(x, flat, value=0.0 if value is None else float(value))
+
+
+def _unsqueeze(t, x, axes):
+    for ax in sorted(a % (x.dim() + len(axes)) for a in axes.tolist()):
+        x = x.unsqueeze(ax)
+    return x
+
+
+# the gate blocks of an ONNX recurrent op's weights in PyTorch's order: LSTM iofc -> ifco, GRU zrh -> rzh
+_TORCH_GATES = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
+
+
+def _torch_params(t, op: str, w, r, b) -> list:
+    """ONNX W [dirs, gates*H, I], R, B [dirs, 2*gates*H] as torch's flat per-direction w_ih, w_hh, b_ih, b_hh."""
+    order = _TORCH_GATES[op]
+
+    def gates(m):
+        return t.cat([m.chunk(len(order), 0)[i] for i in order], 0).contiguous()
+
+    return [gates(p) for d in range(w.shape[0]) for p in (w[d], r[d], *b[d].chunk(2, 0))]
+
+
+def _recurrent(op: str):
+    """An ONNX LSTM or GRU (default activations, no sequence lengths or initial state) as torch.lstm/gru."""
+    cache: dict[tuple[int, int], list] = {}
+
+    def run(t, x, w, r, b=None, *rest, **a):
+        if any(v is not None for v in rest) or "activations" in a or (op == "GRU" and not a.get("linear_before_reset")):
+            raise NotImplementedError(f"{op} with initial state, sequence lengths or other activations")
+        params = cache.setdefault((id(w), id(r)), _torch_params(t, op, w, r, b))
+        dirs, hidden = w.shape[0], a["hidden_size"]
+        h0 = t.zeros(dirs, x.shape[1], hidden)
+        hx = (h0, t.zeros_like(h0)) if op == "LSTM" else h0
+        out = getattr(t, op.lower())(x, hx, params, True, 1, 0.0, False, dirs == 2, False)
+        y = out[0].view(x.shape[0], x.shape[1], dirs, hidden).permute(0, 2, 1, 3)
+        return (y, *out[1:])
+
+    return run
 
 
 OPS: dict[str, Callable[..., Any]] = {
@@ -78,6 +154,20 @@ OPS: dict[str, Callable[..., Any]] = {
     "Transpose": lambda t, x, **a: x.permute(*a["perm"]),
     "Softmax": lambda t, x, **a: t.softmax(x, a.get("axis", -1)),
     "LayerNormalization": _layer_norm,
+    "HardSigmoid": lambda t, x, **a: t.clamp(x * a.get("alpha", 0.2) + a.get("beta", 0.5), 0.0, 1.0),
+    "HardSwish": lambda t, x: t.nn.functional.hardswish(x),
+    "Concat": lambda t, *xs, **a: t.cat(xs, a["axis"]),
+    "AveragePool": _avg_pool,
+    "ConvTranspose": _conv_transpose,
+    "Slice": _slice,
+    "Resize": _resize,
+    "Pad": _pad,
+    "Unsqueeze": _unsqueeze,
+    "Expand": lambda t, x, shape: t.broadcast_to(x, t.broadcast_shapes(x.shape, tuple(shape.tolist()))),
+    "InstanceNormalization": lambda t, x, s, b, **a: t.nn.functional.instance_norm(x, weight=s, bias=b,
+                                                                                   eps=a.get("epsilon", 1e-5)),
+    "LSTM": _recurrent("LSTM"),
+    "GRU": _recurrent("GRU"),
 }
 
 

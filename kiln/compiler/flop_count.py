@@ -12,8 +12,8 @@ from kiln.ir.types import TensorType
 
 
 def flop_count(mod: IRModule) -> int:
-    """FLOPs of one run counted from conv, matmul and gemm, also in their blocked and packed forms (2 per
-    multiply-add); needs static shapes."""
+    """FLOPs of one run counted from conv, transposed conv, matmul, gemm and the LSTM / GRU cells, also in
+    their blocked and packed forms (2 per multiply-add); needs static shapes."""
     return sum(function_flops(fn) for fn in mod.functions.values())
 
 
@@ -27,18 +27,31 @@ def function_flops(fn: Expr) -> int:
         if not (isinstance(e, Call) and isinstance(e.op, Op)) or e.op.name not in _MACS:
             continue
         shapes = [a.type.shape if isinstance(a.type, TensorType) else None for a in e.args[:2]]
-        out = e.type.shape if isinstance(e.type, TensorType) else None
-        if out is None or None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
+        out = e.type.shape if isinstance(e.type, TensorType) else ()  # a recurrent op's outputs are a tuple
+        if None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
             continue
-        total += 2 * int(np.prod(out, dtype=np.int64)) * _MACS[e.op.name](e, *shapes)
+        total += 2 * _MACS[e.op.name](e, *shapes, out)
     return total
 
 
-_MACS: dict[str, Callable[..., int]] = {  # multiply-adds per output element
-    "nn.conv": lambda e, x, w: int(np.prod(w[1:], dtype=np.int64)),
-    "linalg.mat_mul": lambda e, a, b: a[-1],
-    "linalg.gemm": lambda e, a, b: a[0] if e.attrs.transA else a[1],
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _recurrent(gates: int) -> Callable[..., int]:
+    """Multiply-adds of an LSTM (4 gates) or GRU (3): every step, every direction, x and h through
+    W [directions, gates * H, I] and R [directions, gates * H, H]; X is [seq, batch, I] in either layout."""
+    return lambda e, x, w, out: x[0] * x[1] * w[0] * w[1] * (w[2] + w[1] // gates)
+
+
+_MACS: dict[str, Callable[..., int]] = {  # multiply-adds of one call, from its first two inputs and its output
+    "nn.conv": lambda e, x, w, out: _size(out) * _size(w[1:]),
+    "nn.conv_transpose": lambda e, x, w, out: _size(x) * _size(w[1:]),  # each input element meets its kernel
+    "linalg.mat_mul": lambda e, a, b, out: _size(out) * a[-1],
+    "linalg.gemm": lambda e, a, b, out: _size(out) * (a[0] if e.attrs.transA else a[1]),
+    "nn.lstm": _recurrent(4),
+    "nn.gru": _recurrent(3),
     # the optimized graph's forms: a blocked conv's W is [O/o, I/i, KH, KW, i, o], a packed dense's A is [..., K]
-    "nn.conv2d_nchwc": lambda e, x, w: int(np.prod(w, dtype=np.int64)) // (w[0] * w[-1]),
-    "linalg.dense_packed": lambda e, a, w: a[-1],
+    "nn.conv2d_nchwc": lambda e, x, w, out: _size(out) * _size(w) // (w[0] * w[-1]),
+    "linalg.dense_packed": lambda e, a, w, out: _size(out) * a[-1],
 }

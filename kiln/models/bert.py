@@ -12,22 +12,22 @@ from kiln.errors import KilnError
 from kiln.models.onnx_builder import GraphBuilder
 
 
-def _layer_norm(g: GraphBuilder, x: str, hidden: int, name: str) -> str:
+def layer_norm(g: GraphBuilder, x: str, hidden: int, name: str) -> str:
     gamma = g.uniform(f"{name}.gamma", (hidden,), 0.8, 1.2)
     beta = g.weight(f"{name}.beta", (hidden,), 0.05)
     return g.node("LayerNormalization", [x, gamma, beta], name, axis=-1, epsilon=1e-12)
 
 
-def _linear(g: GraphBuilder, x: str, cin: int, cout: int, name: str) -> str:
+def linear(g: GraphBuilder, x: str, cin: int, cout: int, name: str) -> str:
     w = g.weight(f"{name}.weight", (cin, cout), (1.0 / cin) ** 0.5)
     y = g.node("MatMul", [x, w], f"{name}.matmul")
     return g.node("Add", [y, g.weight(f"{name}.bias", (cout,), 0.02)], name)
 
 
-def _attention(g: GraphBuilder, x: str, hidden: int, heads: int, name: str) -> str:
+def attention(g: GraphBuilder, x: str, hidden: int, heads: int, name: str) -> str:
     hd = hidden // heads
     split = g.const(f"{name}.split_shape", np.array([0, 0, heads, hd], np.int64))
-    q, k, v = (g.node("Reshape", [_linear(g, x, hidden, hidden, f"{name}.{p}"), split], f"{name}.{p}.heads")
+    q, k, v = (g.node("Reshape", [linear(g, x, hidden, hidden, f"{name}.{p}"), split], f"{name}.{p}.heads")
                for p in "qkv")
     q = g.node("Transpose", [q], f"{name}.q.t", perm=[0, 2, 1, 3])  # [B, heads, S, hd]
     k = g.node("Transpose", [k], f"{name}.k.t", perm=[0, 2, 3, 1])  # [B, heads, hd, S]
@@ -40,10 +40,10 @@ def _attention(g: GraphBuilder, x: str, hidden: int, heads: int, name: str) -> s
     ctx = g.node("Transpose", [ctx], f"{name}.context.t", perm=[0, 2, 1, 3])
     merge = g.const(f"{name}.merge_shape", np.array([0, 0, hidden], np.int64))
     ctx = g.node("Reshape", [ctx, merge], f"{name}.merged")
-    return _linear(g, ctx, hidden, hidden, f"{name}.out")
+    return linear(g, ctx, hidden, hidden, f"{name}.out")
 
 
-def _gelu(g: GraphBuilder, x: str, name: str) -> str:
+def gelu(g: GraphBuilder, x: str, name: str) -> str:
     """The exact GELU as exporters write it: x * 0.5 * (1 + erf(x / sqrt 2))."""
     inv_sqrt2 = g.const(f"{name}.inv_sqrt2", np.array(1 / np.sqrt(2.0), np.float32))
     one = g.const(f"{name}.one", np.array(1.0, np.float32))
@@ -65,14 +65,14 @@ def bert(layers: int = 6, hidden: int = 384, heads: int = 12, seq: int = 128, vo
     x = g.node("Gather", [words, "input_ids"], "embeddings.gather", axis=0)
     x = g.node("Add", [x, positions], "embeddings.add_position")
     x = g.node("Add", [x, token_type], "embeddings.add_token_type")
-    x = _layer_norm(g, x, hidden, "embeddings.norm")
+    x = layer_norm(g, x, hidden, "embeddings.norm")
     for i in range(layers):
         name = f"layer{i}"
-        a = _attention(g, x, hidden, heads, f"{name}.attention")
-        x = _layer_norm(g, g.node("Add", [x, a], f"{name}.attention.residual"), hidden, f"{name}.attention.norm")
-        h = _gelu(g, _linear(g, x, hidden, 4 * hidden, f"{name}.ffn.up"), f"{name}.ffn.gelu")
-        h = _linear(g, h, 4 * hidden, hidden, f"{name}.ffn.down")
-        x = _layer_norm(g, g.node("Add", [x, h], f"{name}.ffn.residual"), hidden, f"{name}.ffn.norm")
+        a = attention(g, x, hidden, heads, f"{name}.attention")
+        x = layer_norm(g, g.node("Add", [x, a], f"{name}.attention.residual"), hidden, f"{name}.attention.norm")
+        h = gelu(g, linear(g, x, hidden, 4 * hidden, f"{name}.ffn.up"), f"{name}.ffn.gelu")
+        h = linear(g, h, 4 * hidden, hidden, f"{name}.ffn.down")
+        x = layer_norm(g, g.node("Add", [x, h], f"{name}.ffn.residual"), hidden, f"{name}.ffn.norm")
     g.node("Identity", [x], "last_hidden_state")
     return g.model("kiln_bert",
                    [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])],

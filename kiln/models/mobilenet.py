@@ -14,7 +14,7 @@ SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 
             (6, 320, 1, 1))
 
 
-def _divisible(v: float, divisor: int = 8) -> int:
+def divisible(v: float, divisor: int = 8) -> int:
     """torchvision's _make_divisible: round to a multiple of 8, never more than 10% down."""
     new = max(divisor, int(v + divisor / 2) // divisor * divisor)
     return new + divisor if new < 0.9 * v else new
@@ -42,14 +42,14 @@ def mobilenet_v2(seed: int = 0, batch: int | str = "N", size: int = 224, classes
     g = GraphBuilder(seed)
     g.const("relu6.min", np.array(0.0, np.float32))
     g.const("relu6.max", np.array(6.0, np.float32))
-    c = _divisible(32 * width)
+    c = divisible(32 * width)
     x = _conv_bn(g, "image", 3, c, 3, 2, "stem")
     for i, (t, ch, n, s) in enumerate(SETTINGS):
-        cout = _divisible(ch * width)
+        cout = divisible(ch * width)
         for j in range(n):
             x = _inverted_residual(g, x, c, cout, s if j == 0 else 1, t, f"block{i}.{j}")
             c = cout
-    last = _divisible(1280 * max(1.0, width))
+    last = divisible(1280 * max(1.0, width))
     x = _conv_bn(g, x, c, last, 1, 1, "head")
     x = g.node("GlobalAveragePool", [x], "avgpool")
     x = g.node("Flatten", [x], "flatten", axis=1)
