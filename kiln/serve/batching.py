@@ -2,7 +2,9 @@
 delay, run as one: their inputs concatenated along dim 0, the outputs split back by each request's
 rows. Row i of a batched output is row i of its own run because the models batched here compute each
 row on its own (the first dim is the batch dim of every input and output, checked when the model is
-added); the tests check the answers equal unbatched runs."""
+added). Equal up to float rounding, not bit for bit: a symbolic-batch model runs per-shape builds,
+and the kernels built for 5 rows may block and vectorize the reductions differently from those for
+1 (the tests compare with a relative tolerance of 1e-5)."""
 
 from __future__ import annotations
 
