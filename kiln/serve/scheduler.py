@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from kiln.runtime.run_handle import PreemptibleRun
 
 
+PREEMPT_SAMPLES = 100_000
+
+
 @dataclass(eq=False)
 class _InFlight:
     """The BE run on the cores now; `rt_arrival`: arrival of the RT request that cancelled it."""
@@ -79,6 +82,7 @@ class ReefScheduler:
         self._closed = False
         self._rt_cores = 0  # cores RT work holds or is about to (0: none)
         self._be: _InFlight | None = None
+        self._preempt_s: collections.deque[float] = collections.deque(maxlen=PREEMPT_SAMPLES)
         lanes = [self._be_lane] if fifo else [self._rt_lane, self._be_lane]
         self._threads = [threading.Thread(target=f, name=f"kiln-serve-{f.__name__[1:]}", daemon=True)
                          for f in [*lanes, self._reaper]]
@@ -132,6 +136,12 @@ class ReefScheduler:
     def stats(self) -> dict[str, ModelStats]:
         with self._cv:
             return copy.deepcopy(self._stats)
+
+    def preemption_latencies(self) -> list[float]:
+        """Seconds from RT arrival to the BE run stopped, for the last PREEMPT_SAMPLES preemptions
+        (ModelStats has them only in histogram buckets, too coarse for a p99 of microseconds)."""
+        with self._cv:
+            return list(self._preempt_s)
 
     def close(self, drain: bool = True) -> None:
         with self._cv:
@@ -252,6 +262,7 @@ class ReefScheduler:
             if preempted and flight.rt_arrival is not None:
                 stats.preemptions += 1
                 stats.preempt_latency_s.observe(now - flight.rt_arrival)
+                self._preempt_s.append(now - flight.rt_arrival)
 
     # -- shared ------------------------------------------------------------------------------
 
@@ -307,7 +318,7 @@ class ReefScheduler:
         with self._cv:
             stats = self._stats[batch[0].served.name]
             stats.compute_s.observe(seconds)
-            stats.batch_sizes.observe(sum(p.rows for p in batch) if len(batch) > 1 else 1)
+            stats.batch_sizes.observe(sum(p.rows for p in batch) if batch[0].served.batchable else 1)
             for p in batch:
                 stats.requests += 1
                 stats.failures += error is not None
