@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from kiln.errors import KilnError
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass(frozen=True)

@@ -215,3 +215,11 @@ def test_hundreds_of_mixed_rt_and_be_requests_all_answer_as_solo_runs(sched, cha
         assert np.array_equal(f.result(60)[out], want)
     stats = sched.stats()
     assert sum(s.requests for s in stats.values()) == 240 and sum(s.failures for s in stats.values()) == 0
+
+
+def test_the_scheduler_imports_nothing_of_the_compiler_side():
+    """Serving a compiled directory must not load the compiler (bench-serve builds inside functions)."""
+    from tests.imports import KILN, compiler_side, imported_on_load
+
+    roots = [KILN / "serve" / f for f in ("scheduler.py", "dispatch.py", "loadgen.py", "bench.py", "workloads.py")]
+    assert compiler_side(imported_on_load(roots)) == []
