@@ -163,10 +163,15 @@ class ReefScheduler:
                 first = self._queues.pop_rt()
                 if first is None:
                     return
-                cores = self._cores_of(first.served)
-                self._claim_rt(cores, first.request.arrival)
-                batch = self._gather(first)
-            self._run_plain(batch, Partition(0, cores))
+                late = _late(first)
+                if not late:
+                    cores = self._cores_of(first.served)
+                    self._claim_rt(cores, first.request.arrival)
+                    batch = self._gather(first)
+            if late:
+                self._expire(first)
+            else:
+                self._run_plain(batch, Partition(0, cores))
             with self._cv:
                 if not self._queues.has_rt():
                     self._rt_cores = 0
@@ -200,9 +205,13 @@ class ReefScheduler:
                 first = self._queues.pop_be()
                 if first is None:
                     return
-                batch = self._gather(first)
-                part = self._be_partition()
-            if self.fifo or len(batch) > 1 or not preemptible(first.served.model):
+                late = _late(first)
+                if not late:
+                    batch = self._gather(first)
+                    part = self._be_partition()
+            if late:
+                self._expire(first)
+            elif self.fifo or len(batch) > 1 or not preemptible(first.served.model):
                 self._run_plain(batch, part)
             else:
                 self._run_preemptible(batch[0], part)
@@ -360,9 +369,18 @@ class ReefScheduler:
                     self._cv.wait(wait)
                     continue
             for p in expired:
-                timeout = p.deadline - p.request.arrival
-                self._settle([p], RequestTimeoutError(
-                    f"request for model '{p.served.name}' waited {timeout:.3g} s in the queue (its timeout)"))
+                self._expire(p)
+
+    def _expire(self, p: Pending) -> None:
+        """Fail `p`, taken out of its queue past its deadline."""
+        timeout = p.deadline - p.request.arrival
+        self._settle([p], RequestTimeoutError(
+            f"request for model '{p.served.name}' waited {timeout:.3g} s in the queue (its timeout)"))
+
+
+def _late(p: Pending) -> bool:
+    """Its deadline passed while it was queued (the reaper had not got to it yet)."""
+    return p.deadline is not None and p.deadline <= time.perf_counter()
 
 
 def _failed(error: KilnError) -> Future:
