@@ -2,7 +2,7 @@
 
 Three threads serve the queues (kiln.serve.queues):
 - the RT lane runs RT requests in arrival order on the first cores of the pool (a model's `cores`,
-  default every core);
+  default the cores its code was built for, at most the scheduler's);
 - the BE lane runs BE requests round-robin over models, as preemptible runs (kiln.runtime.run_handle):
   when an RT request arrives, a BE run on cores it needs is cancelled and stops at the next chunk
   checkpoint of Kiln's pool (the preemption latency, RT arrival to the run returned preempted, goes
@@ -276,7 +276,9 @@ class ReefScheduler:
     # -- shared ------------------------------------------------------------------------------
 
     def _cores_of(self, entry: Served) -> int:
-        return min(entry.config.cores or self.cores, self.cores)
+        """The cores a model's runs take: its config's, else those its code was built for (a model
+        built for one core has serial kernels, and RT work on it leaves the other cores to BE)."""
+        return max(1, min(entry.config.cores or entry.model.target.cores, self.cores))
 
     def _gather(self, first: Pending) -> list[Pending]:
         """(under the lock) `first` and, for a batchable model, the requests that join its batch
