@@ -235,17 +235,19 @@ class ReefScheduler:
         except ArtifactError:  # a library compiled before kiln_model_run_from
             self._run_plain([p], part, begun=True)
             return
-        except KilnError as e:
+        except Exception as e:  # noqa: BLE001 - see _finish
             self._finish([p], start, error=e)
             return
         try:
             while True:
-                flight = self._place(run, control, p.served)
-                result = run.run()
-                self._landed(flight, result.preempted, stats)
+                flight, result = self._place(run, control, p.served), None
+                try:
+                    result = run.run()
+                finally:
+                    self._landed(flight, result is not None and result.preempted, stats)
                 if not result.preempted:
                     break
-        except KilnError as e:
+        except Exception as e:  # noqa: BLE001 - see _finish
             run.close()
             self._finish([p], start, error=e)
             return
@@ -282,13 +284,17 @@ class ReefScheduler:
 
     def _gather(self, first: Pending) -> list[Pending]:
         """(under the lock) `first` and, for a batchable model, the requests that join its batch
-        within its batch delay, up to max_batch rows."""
+        within its batch delay, up to max_batch rows; each counted running once out of its queue
+        (so that `remove` waits for it)."""
+        name = first.served.name
+        self._running[name] += 1
         if not first.served.batchable:
             return [first]
         config, batch, rows = first.served.config, [first], first.rows
         until = first.request.arrival + config.batch_delay_us * 1e-6
         while True:
             more = self._queues.take_batch(first, config.max_batch - rows)
+            self._running[name] += len(more)
             batch += more
             rows += sum(p.rows for p in more)
             left = until - time.perf_counter()
@@ -299,32 +305,37 @@ class ReefScheduler:
     def _run_plain(self, batch: list[Pending], part: Partition, begun: bool = False) -> None:
         """Run `batch` (one request or a dynamic batch) with Model.run on `part`: not preemptible."""
         if not begun:
-            batch = [p for p in batch if self._begin([p])]
+            batch = self._begin(batch)
             if not batch:
                 return
         start = time.perf_counter()
         try:
             with running(Partition(part.first, min(part.cores, self._cores_of(batch[0].served)))):
                 outputs = run_batched(batch[0].served.model, [p.feeds for p in batch])
-        except KilnError as e:
+        except Exception as e:  # noqa: BLE001 - see _finish
             self._finish(batch, start, error=e)
             return
         self._finish(batch, start, outputs=outputs)
 
-    def _begin(self, batch: list[Pending]) -> bool:
-        """Mark the requests running (False when the client cancelled the one there is)."""
+    def _begin(self, batch: list[Pending]) -> list[Pending]:
+        """The requests of `batch` whose clients did not cancel them, marked running (the lane
+        counted them running when it took them, so that `remove` waits for them)."""
         live = [p for p in batch if p.future.set_running_or_notify_cancel()]
+        now = time.perf_counter()
         with self._cv:
             for p in batch:
                 if p in live:
-                    self._running[p.served.name] += 1
-                    self._stats[p.served.name].queue_s.observe(time.perf_counter() - p.request.arrival)
+                    self._stats[p.served.name].queue_s.observe(now - p.request.arrival)
+                else:
+                    self._running[p.served.name] -= 1
             self._cv.notify_all()
-        return bool(live)
+        return live
 
     def _finish(self, batch: list[Pending], start: float, outputs: list[list[Any]] | None = None,
-                error: KilnError | None = None) -> None:
-        """Count the runs and complete the futures of requests that `_begin` marked running."""
+                error: Exception | None = None) -> None:
+        """Count the runs and complete the futures of requests that `_begin` marked running.
+        NOTE: runs catch every exception and hand it to `error`: a lane thread that died on an
+        unexpected one would leave every later request unanswered."""
         seconds = time.perf_counter() - start
         with self._cv:
             stats = self._stats[batch[0].served.name]
