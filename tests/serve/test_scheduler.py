@@ -223,3 +223,19 @@ def test_the_scheduler_imports_nothing_of_the_compiler_side():
 
     roots = [KILN / "serve" / f for f in ("scheduler.py", "dispatch.py", "loadgen.py", "bench.py", "workloads.py")]
     assert compiler_side(imported_on_load(roots)) == []
+
+
+def test_a_run_that_fails_fails_its_request_and_the_lanes_keep_serving(sched, chain):
+    import dataclasses
+
+    from kiln.errors import MemoryLimitError
+
+    cm, feeds = chain
+    sched.add("tight", dataclasses.replace(cm, memory_limit=1024), ModelConfig())
+    sched.add("m", cm, ModelConfig())
+    for _ in range(2):
+        with pytest.raises(MemoryLimitError):
+            sched.submit(InferRequest("tight", feeds(0), priority=Priority.RT)).result(10)
+    assert np.array_equal(sched.submit(InferRequest("m", feeds(0), priority=Priority.RT)).result(10)["y"],
+                          cm.run(feeds(0))[0])
+    assert sched.stats()["tight"].failures == 2
