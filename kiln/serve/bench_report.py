@@ -113,18 +113,23 @@ def write_html(summaries: list[dict[str, Any]], path: str | Path) -> None:
 
 
 def _svg(summary: dict[str, Any], w: int = 640, h: int = 320, pad: int = 48) -> str:
+    """Each variant's RT latency CDF on a log latency axis (one slow variant would squash a linear one)."""
     curves = [(r["variant"], r["rt_latency_ms"]) for r in summary["rows"] if r.get("rt_latency_ms")]
     if not curves:
         return "<p>no RT requests</p>"
-    top = max(float(np.percentile(v, 99.5)) for _, v in curves) or 1.0
+    lo = max(min(v[0] for _, v in curves), 1e-3)
+    hi = max(max(v[-1] for _, v in curves), lo * 10)
+    span = np.log10(hi / lo)
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w + 160}' height='{h}'>",
            f"<rect x='{pad}' y='8' width='{w - pad}' height='{h - pad - 8}' fill='none' stroke='#999'/>",
-           f"<text x='{w // 2}' y='{h - 8}'>RT latency (ms), axis to {top:.2f}</text>",
+           f"<text x='{pad}' y='{h - pad + 16}'>{lo:.3g}</text><text x='{w - 40}' y='{h - pad + 16}'>{hi:.3g}</text>",
+           f"<text x='{w // 2 - 60}' y='{h - 8}'>RT latency (ms, log scale)</text>",
            f"<text x='4' y='16'>1.0</text><text x='4' y='{h - pad}'>0</text>"]
     for i, (name, xs) in enumerate(curves):
         n, color = len(xs), COLORS[i % len(COLORS)]
         step = max(1, n // 400)
-        pts = " ".join(f"{pad + min(x, top) / top * (w - pad):.1f},{h - pad - (j + 1) / n * (h - pad - 8):.1f}"
+        pts = " ".join(f"{pad + np.log10(max(x, lo) / lo) / span * (w - pad):.1f},"
+                       f"{h - pad - (j + 1) / n * (h - pad - 8):.1f}"
                        for j, x in list(enumerate(xs))[::step] + [(n - 1, xs[-1])])
         out.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' points='{pts}'/>")
         out.append(f"<text x='{w + 10}' y='{24 + 18 * i}' fill='{color}'>{html.escape(name)}</text>")
