@@ -75,16 +75,22 @@ def test_a_request_priority_overrides_its_models(sched, chain):
 
 
 def test_rt_on_fewer_cores_than_the_machine_leaves_be_the_rest_and_both_answer_right(chain):
+    """Padding: the BE run moves to the core RT leaves and goes on beside the RT run, so having
+    started first it ends first (without padding it would wait for the RT run)."""
     cm, feeds = chain
     s = ReefScheduler(cores=2)
     s.add("rt", cm, ModelConfig(priority=Priority.RT, cores=1))
     s.add("be", cm, ModelConfig())
     try:
         fb = s.submit(InferRequest("be", feeds(1)))
+        be_at = _done_at(fb)
         _running(fb)
+        time.sleep(0.005)
         fr = s.submit(InferRequest("rt", feeds(2)))
+        rt_at = _done_at(fr)
         assert np.array_equal(fr.result(20)["y"], cm.run(feeds(2))[0])
         assert np.array_equal(fb.result(20)["y"], cm.run(feeds(1))[0])
+        assert be_at[0] < rt_at[0] and s.stats()["be"].preemptions == 1
     finally:
         s.close()
 
