@@ -245,3 +245,17 @@ def test_a_run_that_fails_fails_its_request_and_the_lanes_keep_serving(sched, ch
     assert np.array_equal(sched.submit(InferRequest("m", feeds(0), priority=Priority.RT)).result(10)["y"],
                           cm.run(feeds(0))[0])
     assert sched.stats()["tight"].failures == 2
+
+
+def test_a_model_that_cannot_run_preemptibly_runs_whole_beside_rt_work(sched, batchable, small):
+    """A symbolic-batch model runs on per-shape builds (Model.start raises AotError): it runs with
+    Model.run and is never preempted."""
+    (bm, bfeeds), (sm, sfeeds) = batchable, small
+    sched.add("dyn", bm, ModelConfig())
+    sched.add("rt", sm, RT)
+    futures = [sched.submit(InferRequest("dyn", bfeeds(i, 3))) for i in range(3)]
+    fr = sched.submit(InferRequest("rt", sfeeds(0)))
+    assert np.array_equal(fr.result(20)[sm.outputs[0].name], sm.run(sfeeds(0))[0])
+    for i, f in enumerate(futures):
+        assert np.array_equal(f.result(20)[bm.outputs[0].name], bm.run(bfeeds(i, 3))[0])
+    assert sched.stats()["dyn"].preemptions == 0
