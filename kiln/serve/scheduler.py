@@ -69,7 +69,9 @@ class _InFlight:
 
 
 class ReefScheduler:
-    """A Dispatcher (kiln.serve.dispatch) over `cores` cores of Kiln's pool (default: all of them)."""
+    """A Dispatcher (kiln.serve.dispatch) over `cores` cores of Kiln's pool (default: all of them).
+    Stats: a request refused for a full queue counts only as `refused`; one with bad feeds, timed out
+    or dropped at close counts as a request and a failure."""
 
     def __init__(self, cores: int | None = None, fifo: bool = False):
         pool_cores = runtime().config.cores
