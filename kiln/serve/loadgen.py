@@ -14,6 +14,8 @@ import numpy as np
 
 from kiln.serve.dispatch import Dispatcher, InferRequest, Priority
 
+ANSWER_TIMEOUT_S = 120.0  # a request unanswered this long counts as failed (a hung server ends the run)
+
 
 @dataclass(frozen=True)
 class RtLoad:
@@ -81,7 +83,7 @@ def drive(dispatcher: Dispatcher, feeds: Mapping[str, dict[str, np.ndarray]], rt
     def be_client(model: str) -> None:
         while time.perf_counter() < end:
             try:
-                dispatcher.submit(InferRequest(model, feeds[model], priority=Priority.BE)).result()
+                dispatcher.submit(InferRequest(model, feeds[model], priority=Priority.BE)).result(ANSWER_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001 - counted and reported, the client keeps going
                 fail(e)
                 continue
@@ -96,7 +98,10 @@ def drive(dispatcher: Dispatcher, feeds: Mapping[str, dict[str, np.ndarray]], rt
     for t in threads:
         t.join()
     for f in list(pending):
-        f.exception()
+        try:
+            f.exception(ANSWER_TIMEOUT_S)
+        except TimeoutError as e:
+            fail(e)
     return out
 
 
