@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.runtime.thread_pool import RuntimeConfig
 from kiln.serve.dispatch import InferRequest, ModelConfig, Priority
 from kiln.serve.loadgen import Outcome, RtLoad, drive
 from kiln.serve.workloads import Workload, build_onnx, feeds_for, workload
@@ -139,7 +140,7 @@ def _two_processes(variant: str, w: Workload, models: Models, loads: list[RtLoad
     """RT clients in one process, BE clients (as is, nice 19 or SCHED_IDLE) in another, started together."""
     from kiln.runtime.thread_pool import runtime
 
-    cores = cores or runtime().config.cores
+    pool = runtime().config
     ctx = multiprocessing.get_context("spawn")
     dirs = {m: models.directory(m) for m in w.models}
     rt_models = sorted({ld.model for ld in loads})
@@ -148,7 +149,8 @@ def _two_processes(variant: str, w: Workload, models: Models, loads: list[RtLoad
     pipes, procs = [], []
     for role, ds, rt, be in jobs:
         here, there = ctx.Pipe()
-        p = ctx.Process(target=_client_process, args=(there, role, ds, rt, be, seconds, seed, cores), daemon=True)
+        p = ctx.Process(target=_client_process, args=(there, role, ds, rt, be, seconds, seed, pool, cores),
+                        daemon=True)
         p.start()
         pipes.append(here)
         procs.append(p)
@@ -171,17 +173,18 @@ def _two_processes(variant: str, w: Workload, models: Models, loads: list[RtLoad
 
 
 def _client_process(pipe: Any, role: str, dirs: dict[str, str], rt: list[RtLoad], be: list[str], seconds: float,
-                    seed: int, cores: int) -> None:
-    """A spawned process: lower its priority as `role` says, serve `dirs`, run its clients from the
-    parent's start time, send back the Outcome ("ready" first, or why it cannot run)."""
+                    seed: int, pool: RuntimeConfig, cores: int | None) -> None:
+    """A spawned process: lower its priority as `role` says, set Kiln's pool as the parent's (`pool`),
+    serve `dirs` on `cores` of it, run its clients from the parent's start time, send back the Outcome
+    ("ready" first, or why it cannot run)."""
     try:
         _lower_priority(role)
         import kiln
         from kiln.runtime.thread_pool import configure_runtime
         from kiln.serve.scheduler import ReefScheduler
 
-        configure_runtime(cores=cores)
-        sched = ReefScheduler()
+        configure_runtime(pool.cores, pool.spin_us, pool.pin)
+        sched = ReefScheduler(cores)
         feeds = {}
         for m, d in dirs.items():
             model = kiln.load(d).model
