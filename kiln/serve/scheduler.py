@@ -173,7 +173,7 @@ class ReefScheduler:
                 late = _late(first)
                 if not late:
                     cores = self._cores_of(first.served)
-                    self._claim_rt(cores, first.request.arrival)
+                    self._claim_rt(cores, time.perf_counter())  # arrival counted from here: it waited for RT work
                     batch = self._gather(first)
                     self._cv.wait_for(lambda c=cores: not self._be_on(c), BE_STOP_WAIT_S)
             if late:
@@ -191,7 +191,7 @@ class ReefScheduler:
         return self._be is not None and self._be.partition.first < cores
 
     def _claim_rt(self, cores: int, arrival: float) -> None:
-        """(under the lock) RT work needs cores [0, cores): cancel a BE run on any of them."""
+        """(under the lock) RT work needs cores [0, cores) from `arrival` on: cancel a BE run on any of them."""
         self._rt_cores = max(self._rt_cores, cores)
         be = self._be
         if self._be_on(self._rt_cores):
