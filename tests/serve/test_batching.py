@@ -1,10 +1,15 @@
 """Dynamic batching: requests queued within the batch delay run as one batch, and each gets what its
 own run gives."""
 
+import shutil
+
 import numpy as np
+import pytest
 
 from kiln.serve.dispatch import InferRequest, ModelConfig
 from kiln.serve.scheduler import ReefScheduler
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
 
 def test_batched_requests_answer_as_unbatched_runs(batchable, chain):

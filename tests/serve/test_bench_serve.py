@@ -2,6 +2,7 @@
 the HTML page, with the in-process variants and one pair of OS processes."""
 
 import json
+import shutil
 
 import pytest
 
@@ -9,6 +10,8 @@ from kiln.cli import main
 from kiln.errors import KilnError
 from kiln.serve.bench import bench_serve
 from kiln.serve.loadgen import RtLoad, arrivals
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
 
 def test_bench_serve_writes_the_table_json_and_html(tmp_path, capsys):

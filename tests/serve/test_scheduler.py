@@ -1,6 +1,7 @@
 """The REEF-style scheduler: RT before BE with preemption at chunk checkpoints, limits, timeouts,
 close, the FIFO baseline, and many mixed requests all answered as solo runs answer them."""
 
+import shutil
 import time
 from concurrent.futures import wait
 
@@ -17,6 +18,8 @@ from kiln.errors import (
 )
 from kiln.serve.dispatch import InferRequest, ModelConfig, Priority
 from kiln.serve.scheduler import ReefScheduler
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
 RT = ModelConfig(priority=Priority.RT)
 
