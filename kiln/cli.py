@@ -265,8 +265,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_bench_serve(args: argparse.Namespace) -> int:
     from kiln.serve.bench import VARIANTS, bench_serve
     from kiln.serve.bench_report import report
+    from kiln.serve.workloads import ISSUE_WORKLOADS
 
-    report(bench_serve(args.workload or ["K-A", "K-B", "K-C", "K-D", "K-E"], args.duration, args.seed, args.repeat,
+    report(bench_serve(args.workload or list(ISSUE_WORKLOADS), args.duration, args.seed, args.repeat,
                        tuple(args.variant or VARIANTS)), args.json, args.html)
     return 0
 

@@ -66,6 +66,7 @@ WORKLOADS = {w.name: w for w in (
     Workload("K-E", _kd("poisson"), _FOUR),
     Workload("K-T", (RtStream("tiny_rt", 0.30, "poisson"),), ("tiny_be",)),
 )}
+ISSUE_WORKLOADS = ("K-A", "K-B", "K-C", "K-D", "K-E")  # what `kiln bench-serve` runs when not told
 
 
 def workload(name: str) -> Workload:
