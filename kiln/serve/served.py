@@ -13,10 +13,11 @@ from kiln.ir.input_check import check_input
 from kiln.serve.dispatch import InferRequest, ModelConfig, Priority
 
 if TYPE_CHECKING:
+    from kiln.ir.types import Type
     from kiln.runtime.model import Model
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Served:
     """One model under one name; queued requests keep the Served they arrived for, so a model
     replaced under the same name finishes its queue on the old one."""
@@ -24,11 +25,9 @@ class Served:
     name: str
     model: Model
     config: ModelConfig
-
-    @property
-    def batchable(self) -> bool:
-        """Dynamic batching applies: max_batch > 0 and every input and output has a symbolic first dim."""
-        return self.config.max_batch > 0 and symbolic_batch(self.model)
+    types: dict[str, Type]  # each input's declared type, in parameter order (read once: a submit checks against them)
+    output_names: tuple[str, ...]
+    batchable: bool  # max_batch > 0 (`served` checked that every input and output has a symbolic first dim)
 
     def priority(self, request: InferRequest) -> Priority:
         """The request's own priority where it has one, else the model's."""
@@ -41,25 +40,23 @@ class Served:
 
     def check(self, request: InferRequest) -> dict[str, Any]:
         """The feeds as the model takes them; InputError naming the input or output that is wrong."""
-        params = {p.name: p for p in self.model.mod.main.params}
-        unknown = sorted(set(request.feeds) - set(params))
+        unknown = [n for n in request.feeds if n not in self.types]
         if unknown:
-            raise InputError(f"model '{self.name}' has no input '{unknown[0]}' (inputs: {', '.join(params)})")
+            raise InputError(f"model '{self.name}' has no input '{unknown[0]}' (inputs: {', '.join(self.types)})")
         dims: dict[str, int] = {}
         feeds = {}
-        for name, p in params.items():
+        for name, t in self.types.items():
             if name not in request.feeds:
                 raise InputError(f"model '{self.name}': input '{name}' is missing")
-            feeds[name] = check_input(name, request.feeds[name], p.type, dims)
-        names = [o.name for o in self.model.outputs]
+            feeds[name] = check_input(name, request.feeds[name], t, dims)
         for out in request.outputs or ():
-            if out not in names:
-                raise InputError(f"model '{self.name}' has no output '{out}' (outputs: {', '.join(names)})")
+            if out not in self.output_names:
+                raise InputError(f"model '{self.name}' has no output '{out}' (outputs: {', '.join(self.output_names)})")
         return feeds
 
     def answer(self, request: InferRequest, outputs: list[np.ndarray]) -> dict[str, np.ndarray]:
         """{output name: array} for the outputs the request asked for (all when it named none)."""
-        named = dict(zip([o.name for o in self.model.outputs], outputs))
+        named = dict(zip(self.output_names, outputs))
         return {n: named[n] for n in request.outputs} if request.outputs else named
 
 
@@ -79,4 +76,5 @@ def served(name: str, model: Model, config: ModelConfig) -> Served:
     if config.max_batch > 0 and not symbolic_batch(model):
         raise ServeError(f"model '{name}': max_batch={config.max_batch} needs a symbolic first dimension on "
                          "every input and output (dynamic batching concatenates requests along it)")
-    return Served(name, model, config)
+    return Served(name, model, config, {p.name: p.type for p in model.mod.main.params},
+                  tuple(o.name for o in model.outputs), config.max_batch > 0)
