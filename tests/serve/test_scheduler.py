@@ -22,6 +22,7 @@ from kiln.serve.scheduler import ReefScheduler
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
 RT = ModelConfig(priority=Priority.RT)
+IN_FLIGHT_S = 0.01  # after its future says running, a BE run is on the cores by then (the chain takes 20+ ms)
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_an_rt_request_preempts_a_running_be_run_which_then_completes_as_a_solo_
     fb = sched.submit(InferRequest("be", cfeeds(1)))
     be_at = _done_at(fb)
     _running(fb)
-    time.sleep(0.002)
+    time.sleep(IN_FLIGHT_S)
     fr = sched.submit(InferRequest("rt", sfeeds(2)))
     rt_at = _done_at(fr)
     assert np.array_equal(fr.result(10)[sm.outputs[0].name], sm.run(sfeeds(2))[0])
@@ -69,7 +70,7 @@ def test_a_request_priority_overrides_its_models(sched, chain):
     fb = sched.submit(InferRequest("m", feeds(1)))
     be_at = _done_at(fb)
     _running(fb)
-    time.sleep(0.002)
+    time.sleep(IN_FLIGHT_S)
     fr = sched.submit(InferRequest("m", feeds(2), priority=Priority.RT))
     rt_at = _done_at(fr)
     wait([fb, fr], 20)
@@ -88,7 +89,7 @@ def test_rt_on_fewer_cores_than_the_machine_leaves_be_the_rest_and_both_answer_r
         fb = s.submit(InferRequest("be", feeds(1)))
         be_at = _done_at(fb)
         _running(fb)
-        time.sleep(0.005)
+        time.sleep(IN_FLIGHT_S)
         fr = s.submit(InferRequest("rt", feeds(2)))
         rt_at = _done_at(fr)
         assert np.array_equal(fr.result(20)["y"], cm.run(feeds(2))[0])
