@@ -80,6 +80,8 @@ class Model:
                            f"runs preemptibly; this one runs on the {self.executor} executor")
         control = PoolRuns(partition) if partition is not None and self.target.threading == "kiln" else None
         with sizes.memory_limit(self.memory_limit):
+            if self.memory_limit is not None:
+                _check_arena(self.runner)  # an idle arena the pool hands back is checked here, as run() checks
             return self.runner.start(feeds, control)
 
     def _run(self, feeds: dict[str, Any]) -> list[Any]:

@@ -145,6 +145,18 @@ def test_the_model_memory_limit_bounds_the_arenas_in_flight(model):
             h.close()
 
 
+def test_a_memory_limit_below_one_arena_refuses_a_start_as_it_refuses_a_run(model):
+    cm, feeds, _ = model
+    cm.start(feeds).close()  # an idle arena in the pool: a start would reuse it
+    cm.memory_limit = 1024
+    try:
+        for call in (cm.run, cm.start):
+            with pytest.raises(MemoryLimitError, match="the arena of intermediate tensors"):
+                call(feeds)
+    finally:
+        cm.memory_limit = None
+
+
 def test_wrong_inputs_are_refused_when_the_run_is_made(model):
     cm, feeds, _ = model
     name = next(iter(feeds))
