@@ -15,6 +15,7 @@ from kiln.op import (  # noqa: F401,E402
                      nn,
                      norm,
                      pad_tile,
+                     qgemm,
                      quant,
                      random,
                      reduce,

@@ -24,6 +24,7 @@ from kiln.topi import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
                        ngram,  # noqa: F401,E402
                        nn,
                        norm,
+                       qgemm,
                        qlinear_conv,
                        qlinear_matmul,
                        quant,
