@@ -1,0 +1,281 @@
+"""Int8Ops: quantized matrix products become integer GEMMs (quant.qgemm, kiln/op/qgemm.py) on x86 CPUs
+with AVX2 or AVX-512 VNNI, instead of float kernels between QuantizeLinear and DequantizeLinear.
+
+Bottom-up, one small rule per node, each growing a qgemm out of what it reads:
+
+- `mat_mul` / `gemm` of DequantizeLinear(x) (per-tensor constant scale and zero point, uint8 or int8 x)
+  and DequantizeLinear(W) (a constant int8 weight, per-tensor or per output column) -> qgemm with a
+  float32 output (gemm's alpha, beta and constant C fold into the column scales and bias);
+- `mat_mul_integer` with a constant weight (the zero point of A may be a run-time value: dynamic
+  quantization) -> qgemm with an int32 output; `cast` to float32 of that -> float32 output;
+- `add` of a constant bias, `mul` by a constant per-column or scalar scale or by a run-time scalar
+  (DynamicQuantizeLinear's scale times the weight's), `relu` -> folded into the float epilogue;
+- `quantize_linear` (per-tensor, constant) of a float32 qgemm -> the qgemm requantizes itself;
+- `qlinear_matmul` with a constant B -> qgemm with a requantizing epilogue.
+
+A rule folds into a qgemm only when that qgemm has no other user. Weights are packed here, once, for
+the micro-kernel the target's CPU has; weights whose zero point moves them out of int8 stay as they
+were. PassContext.config["int8_ops.kernel"] forces a micro-kernel (tests compile the VNNI one on
+machines without it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kiln.ir.expr import Call, Constant, Expr, Function, children, is_absent
+from kiln.ir.module import IRModule
+from kiln.ir.types import TensorType
+from kiln.ir.visitor import post_order, rewrite
+from kiln.op.qgemm import KERNELS, QGemmAttrs, pack_weight, pairs_fit_s16, unpack_weight
+from kiln.op.registry import OpDef, get_op
+from kiln.target import Target
+from kiln.transform.infra import PassContext, function_pass
+
+MAX_DEPTH = 2**31 // (255 * 256)  # |a - a_zp| * |w| summed over K stays inside int32
+_ACTS = ("uint8", "int8")
+
+
+@dataclass(frozen=True)
+class QGemm:
+    """A qgemm under construction: its inputs as numpy values (weights unpacked) and its attributes."""
+
+    a: Expr
+    w: np.ndarray  # [K, N] int8
+    a_zp: Expr
+    a_scale: Expr
+    col_scale: np.ndarray  # [N] float32
+    col_bias: np.ndarray  # [N] float32
+    out_dtype: str
+    y_zero_point: int = 0
+    relu: bool = False
+
+    def call(self, kernel: str) -> Call:
+        k, n = self.w.shape
+        wsum = self.w.astype(np.int32).sum(0, dtype=np.int32)
+        return get_op("quant.qgemm")(
+            self.a, Constant(pack_weight(self.w, KERNELS[kernel][0])), Constant(wsum), self.a_zp, self.a_scale,
+            Constant(self.col_scale.astype(np.float32)), Constant(self.col_bias.astype(np.float32)),
+            units=n, depth=k, out_dtype=self.out_dtype, y_zero_point=self.y_zero_point, relu=self.relu,
+            kernel=kernel)
+
+    @staticmethod
+    def of(call: Call) -> QGemm:
+        at: QGemmAttrs = call.attrs
+        a, w, _, a_zp, a_scale, col_scale, col_bias = call.args
+        return QGemm(a, unpack_weight(w.data, at.depth, at.units), a_zp, a_scale, col_scale.data, col_bias.data,
+                     at.out_dtype, at.y_zero_point, at.relu)
+
+
+def choose_kernel(w: np.ndarray, target: Target, forced: str | None) -> str | None:
+    """The micro-kernel for these weights on `target` (None: the CPU has no int8 dot product Kiln uses)."""
+    if forced is not None:
+        return forced
+    if {"avx512_vnni", "avx512bw", "avx512f"} <= target.features:
+        return "vnni"
+    if "avx2" in target.features:
+        return "avx2" if pairs_fit_s16(w) else "avx2_split"
+    return None
+
+
+def _is(e: Expr, name: str) -> bool:
+    return isinstance(e, Call) and isinstance(e.op, OpDef) and e.op.name == name
+
+
+def _const(e: Expr | None) -> np.ndarray | None:
+    return e.data if isinstance(e, Constant) else None
+
+
+def _folded(e: Expr) -> np.ndarray | None:
+    """A constant, or an operator of constants (a bias's DequantizeLinear) evaluated by its reference."""
+    if isinstance(e, Constant):
+        return e.data
+    if isinstance(e, Call) and isinstance(e.op, OpDef) and all(isinstance(x, Constant) for x in e.args):
+        return np.asarray(e.op.reference(e.attrs, *(x.data for x in e.args)))
+    return None
+
+
+def _scalar(e: Expr | None, default: float | None = None) -> float | None:
+    """The one value of a constant (absent: `default`)."""
+    if e is None or is_absent(e):
+        return default
+    v = _const(e)
+    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+
+def _per_column(v: np.ndarray | None, n: int) -> np.ndarray | None:
+    """A constant that is one value or one per column ([N], [1, N]) as an [N] float32 vector."""
+    if v is None or v.size not in (1, n) or (v.size == n and v.shape[-1] != n):
+        return None
+    return np.broadcast_to(v.reshape(-1).astype(np.float32), (n,)).copy()
+
+
+def _activation(e: Expr) -> tuple[Expr, Expr, Expr] | None:
+    """(x, x_zero_point, x_scale) of DequantizeLinear(x) with constant per-tensor parameters."""
+    if not _is(e, "quant.dequantize_linear"):
+        return None
+    x, scale, *zp = e.args
+    zero, s = _scalar(zp[0] if zp else None, 0.0), _scalar(scale)
+    if not (isinstance(x.type, TensorType) and x.type.dtype in _ACTS) or zero is None or s is None:
+        return None
+    return x, Constant(np.asarray(int(zero), x.type.dtype)), Constant(np.float32(s))
+
+
+def _weight(e: Expr, column_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W - zero point as int8, scale per column) of DequantizeLinear(constant 2-D W)."""
+    if not _is(e, "quant.dequantize_linear") or e.attrs.block_size:
+        return None
+    w, scale = _const(e.args[0]), _const(e.args[1])
+    zp = _const(e.args[2]) if len(e.args) > 2 and not is_absent(e.args[2]) else np.zeros(1, np.int64)
+    if w is None or scale is None or zp is None or w.ndim != 2 or w.dtype.name not in _ACTS:
+        return None
+    n = w.shape[column_axis]
+    if scale.size != 1 and (scale.size != n or e.attrs.axis % 2 != column_axis):
+        return None
+    shape = (1, n) if column_axis == 1 else (n, 1)
+    shifted = w.astype(np.int32) - (zp.reshape(shape) if zp.size > 1 else zp.reshape(()).astype(np.int32))
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return None
+    shifted = shifted if column_axis == 1 else shifted.T
+    return shifted.astype(np.int8), np.broadcast_to(scale.reshape(-1).astype(np.float32), (n,)).copy()
+
+
+def _product(a: Expr, w: tuple[np.ndarray, np.ndarray] | None) -> QGemm | None:
+    act = _activation(a)
+    if act is None or w is None or w[0].shape[0] > MAX_DEPTH:
+        return None
+    x, zp, scale = act
+    n = w[0].shape[1]
+    return QGemm(x, w[0], zp, scale, w[1], np.zeros(n, np.float32), "float32")
+
+
+def _mat_mul(call: Call, grow: QGemm | None) -> QGemm | None:
+    return _product(call.args[0], _weight(call.args[1], 1))
+
+
+def _gemm(call: Call, grow: QGemm | None) -> QGemm | None:
+    at = call.attrs
+    if at.transA:
+        return None
+    q = _product(call.args[0], _weight(call.args[1], 0 if at.transB else 1))
+    if q is None:
+        return None
+    q = replace(q, col_scale=q.col_scale * np.float32(at.alpha))
+    c = call.args[2] if len(call.args) > 2 and not is_absent(call.args[2]) else None
+    if c is None:
+        return q
+    bias = _per_column(_folded(c), q.w.shape[1])
+    return None if bias is None else replace(q, col_bias=bias * np.float32(at.beta))
+
+
+def _mat_mul_integer(call: Call, grow: QGemm | None) -> QGemm | None:
+    a, b, *zps = call.args
+    w = _const(b)
+    a_zp = zps[0] if zps and not is_absent(zps[0]) else None
+    b_zp = _const(zps[1]) if len(zps) > 1 and not is_absent(zps[1]) else np.zeros(1, np.int64)
+    at = a.type
+    if (w is None or w.ndim != 2 or b_zp is None or b_zp.size not in (1, w.shape[1]) or w.shape[0] > MAX_DEPTH
+            or not isinstance(at, TensorType) or at.dtype not in _ACTS or at.shape is None or len(at.shape) < 2):
+        return None
+    if a_zp is not None and not (isinstance(a_zp.type, TensorType) and a_zp.type.shape in ((), (1,))):
+        return None
+    shifted = w.astype(np.int32) - b_zp.reshape(1, -1).astype(np.int32)
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return None
+    n = w.shape[1]
+    return QGemm(a, shifted.astype(np.int8), a_zp if a_zp is not None else Constant(np.asarray(0, at.dtype)),
+                 Constant(np.float32(1)), np.ones(n, np.float32), np.zeros(n, np.float32), "int32")
+
+
+def _qlinear_matmul(call: Call, grow: QGemm | None) -> QGemm | None:
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = call.args
+    w, bs, bz = _const(b), _const(b_s), _const(b_zp)
+    sa, za, sy, zy = _scalar(a_s), _scalar(a_zp), _scalar(y_s), _scalar(y_zp)
+    if w is None or w.ndim != 2 or None in (bs, bz, sa, za, sy, zy) or w.shape[0] > MAX_DEPTH:
+        return None
+    n = w.shape[1]
+    shifted = w.astype(np.int32) - bz.reshape(1, -1).astype(np.int32)
+    scale = _per_column(bs, n)
+    if scale is None or shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return None
+    return QGemm(a, shifted.astype(np.int8), Constant(np.asarray(int(za), a.type.dtype)), Constant(np.float32(sa)),
+                 scale / np.float32(sy), np.zeros(n, np.float32), call.type.dtype, int(zy))
+
+
+def _cast(call: Call, grow: QGemm | None) -> QGemm | None:
+    if grow is None or grow.out_dtype != "int32" or call.attrs.to != "float32":
+        return None
+    return replace(grow, out_dtype="float32")
+
+
+def _add(call: Call, grow: QGemm | None) -> QGemm | None:
+    if grow is None or grow.out_dtype != "float32" or grow.relu:
+        return None
+    other = call.args[1] if _is(call.args[0], "quant.qgemm") else call.args[0]
+    bias = _per_column(_folded(other), grow.w.shape[1])
+    return None if bias is None else replace(grow, col_bias=grow.col_bias + bias)
+
+
+def _mul(call: Call, grow: QGemm | None) -> QGemm | None:
+    if grow is None or grow.out_dtype != "float32" or grow.relu:
+        return None
+    other = call.args[1] if _is(call.args[0], "quant.qgemm") else call.args[0]
+    n = grow.w.shape[1]
+    scale = _per_column(_const(other), n)
+    if scale is not None:
+        return replace(grow, col_scale=grow.col_scale * scale, col_bias=grow.col_bias * scale)
+    t = other.type
+    runtime_scalar = isinstance(t, TensorType) and t.dtype == "float32" and t.shape in ((), (1,))
+    if runtime_scalar and _scalar(grow.a_scale) == 1.0 and not grow.col_bias.any():
+        return replace(grow, a_scale=other)
+    return None
+
+
+def _relu(call: Call, grow: QGemm | None) -> QGemm | None:
+    if grow is None or grow.out_dtype != "float32":
+        return None
+    return replace(grow, relu=True)
+
+
+def _quantize(call: Call, grow: QGemm | None) -> QGemm | None:
+    x, y_s, *zp = call.args
+    sy, zy = _scalar(y_s), _scalar(zp[0] if zp else None, 0.0)
+    out = call.type.dtype
+    if grow is None or grow.out_dtype != "float32" or sy is None or zy is None or out not in _ACTS:
+        return None
+    return replace(grow, col_scale=grow.col_scale / np.float32(sy), col_bias=grow.col_bias / np.float32(sy),
+                   out_dtype=out, y_zero_point=int(zy))
+
+
+# op name -> (the argument positions a qgemm may be grown from, the rule)
+RULES = {
+    "linalg.mat_mul": ((), _mat_mul), "linalg.gemm": ((), _gemm), "linalg.mat_mul_integer": ((), _mat_mul_integer),
+    "quant.qlinear_matmul": ((), _qlinear_matmul), "math.cast": ((0,), _cast), "math.add": ((0, 1), _add),
+    "math.mul": ((0, 1), _mul), "nn.relu": ((0,), _relu), "quant.quantize_linear": ((0,), _quantize),
+}
+
+
+@function_pass("int8-ops", opt_level=2, config=("int8_ops.kernel",))
+def int8_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
+    """Quantized matmul/gemm patterns -> quant.qgemm on the target's int8 micro-kernel."""
+    forced = ctx.config.get("int8_ops.kernel")
+    if forced is None and choose_kernel(np.zeros((1, 1), np.int8), ctx.target, None) is None:
+        return fn
+    uses = Counter(id(c) for e in post_order(fn.body) for c in children(e))
+
+    def post(old: Expr, new: Expr) -> Expr:
+        if not (isinstance(new, Call) and isinstance(new.op, OpDef) and new.op.name in RULES):
+            return new
+        slots, rule = RULES[new.op.name]
+        grown = [k for k in slots if _is(new.args[k], "quant.qgemm") and uses[id(old.args[k])] == 1]
+        if slots and not grown:
+            return new
+        q = rule(new, QGemm.of(new.args[grown[0]]) if grown else None)
+        if q is None:
+            return new
+        return q.call(choose_kernel(q.w, ctx.target, forced))  # type: ignore[arg-type]
+
+    return rewrite(fn, post)
