@@ -9,6 +9,7 @@ from kiln.op import (  # noqa: F401,E402
                      elemwise,
                      fast_math,
                      gather_scatter,
+                     im2col,
                      layout,
                      linalg,
                      ml,

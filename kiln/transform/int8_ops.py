@@ -30,6 +30,7 @@ from kiln.ir.expr import Call, Constant, Expr, Function, children, is_absent
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order, rewrite
+from kiln.op.nn import Window
 from kiln.op.qgemm import KERNELS, QGemmAttrs, pack_weight, pairs_fit_s16, unpack_weight
 from kiln.op.registry import OpDef, get_op
 from kiln.target import Target
@@ -52,22 +53,32 @@ class QGemm:
     out_dtype: str
     y_zero_point: int = 0
     relu: bool = False
+    perm: tuple[int, ...] | None = None  # the output's transpose (a convolution's NHWC -> NCHW)
 
-    def call(self, kernel: str) -> Call:
+    @property
+    def channel_from_end(self) -> int:
+        """Where a per-column constant keeps its columns: last axis, or the channel axis after `perm`."""
+        return 1 if self.perm is None else len(self.perm) - self.perm.index(len(self.perm) - 1)
+
+    def call(self, kernel: str) -> Expr:
         k, n = self.w.shape
         wsum = self.w.astype(np.int32).sum(0, dtype=np.int32)
-        return get_op("quant.qgemm")(
+        y = get_op("quant.qgemm")(
             self.a, Constant(pack_weight(self.w, KERNELS[kernel][0])), Constant(wsum), self.a_zp, self.a_scale,
             Constant(self.col_scale.astype(np.float32)), Constant(self.col_bias.astype(np.float32)),
             units=n, depth=k, out_dtype=self.out_dtype, y_zero_point=self.y_zero_point, relu=self.relu,
             kernel=kernel)
+        return y if self.perm is None else get_op("tensor.transpose")(y, perm=self.perm)
 
     @staticmethod
-    def of(call: Call) -> QGemm:
+    def of(e: Expr) -> QGemm:
+        """The QGemm of a qgemm call, or of a transpose of one."""
+        perm = e.attrs.perm if _is(e, "tensor.transpose") else None
+        call = e.args[0] if perm is not None else e
         at: QGemmAttrs = call.attrs
         a, w, _, a_zp, a_scale, col_scale, col_bias = call.args
         return QGemm(a, unpack_weight(w.data, at.depth, at.units), a_zp, a_scale, col_scale.data, col_bias.data,
-                     at.out_dtype, at.y_zero_point, at.relu)
+                     at.out_dtype, at.y_zero_point, at.relu, perm)
 
 
 def choose_kernel(w: np.ndarray, target: Target, forced: str | None) -> str | None:
@@ -106,9 +117,10 @@ def _scalar(e: Expr | None, default: float | None = None) -> float | None:
     return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
 
 
-def _per_column(v: np.ndarray | None, n: int) -> np.ndarray | None:
-    """A constant that is one value or one per column ([N], [1, N]) as an [N] float32 vector."""
-    if v is None or v.size not in (1, n) or (v.size == n and v.shape[-1] != n):
+def _per_column(v: np.ndarray | None, n: int, from_end: int = 1) -> np.ndarray | None:
+    """A constant that is one value or one per column ([N], [1, N]; [N, 1, 1] for a convolution's channels,
+    `from_end` = 3) as an [N] float32 vector."""
+    if v is None or v.size not in (1, n) or (v.size == n and (v.ndim < from_end or v.shape[-from_end] != n)):
         return None
     return np.broadcast_to(v.reshape(-1).astype(np.float32), (n,)).copy()
 
@@ -171,6 +183,52 @@ def _gemm(call: Call, grow: QGemm | None) -> QGemm | None:
     return None if bias is None else replace(q, col_bias=bias * np.float32(at.beta))
 
 
+def _conv(call: Call, grow: QGemm | None) -> QGemm | None:
+    """A 2-D, ungrouped convolution: im2col of x (padded with its zero point) times W as [kh*kw*C, Co]."""
+    at = call.attrs
+    x = call.args[0].args[0] if _is(call.args[0], "quant.dequantize_linear") else None
+    xt = x.type if x is not None else None
+    if at.group != 1 or not isinstance(xt, TensorType) or xt.shape is None or len(xt.shape) != 4:
+        return None
+    w = _weight_4d(call.args[1])
+    act = _activation(call.args[0])
+    if w is None or act is None:
+        return None
+    wm, scale = w
+    co, c, kh, kw = wm.shape
+    win = Window.of(at, (kh, kw))
+    _, pads, extra = win.layout(tuple(xt.shape[2:]))
+    if any(extra) or kh * kw * c > MAX_DEPTH:
+        return None
+    cols = get_op("quant.im2col")(act[0], act[1], kernel=(kh, kw), strides=win.strides, dilations=win.dilations,
+                                  pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]))
+    bias = np.zeros(co, np.float32)
+    if len(call.args) > 2 and not is_absent(call.args[2]):
+        b = _per_column(_folded(call.args[2]), co)
+        if b is None:
+            return None
+        bias = b
+    gemm_w = wm.transpose(2, 3, 1, 0).reshape(kh * kw * c, co)
+    return QGemm(cols, gemm_w, act[1], act[2], scale, bias, "float32", perm=(0, 3, 1, 2))
+
+
+def _weight_4d(e: Expr) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W - zero point as int8 [Co, C, kh, kw], scale per output channel) of DequantizeLinear(constant W)."""
+    if not _is(e, "quant.dequantize_linear") or e.attrs.block_size:
+        return None
+    w, scale = _const(e.args[0]), _const(e.args[1])
+    zp = _const(e.args[2]) if len(e.args) > 2 and not is_absent(e.args[2]) else np.zeros(1, np.int64)
+    if w is None or scale is None or zp is None or w.ndim != 4 or w.dtype.name not in _ACTS:
+        return None
+    co = w.shape[0]
+    if scale.size != 1 and (scale.size != co or e.attrs.axis % 4 != 0):
+        return None
+    shifted = w.astype(np.int32) - (zp.reshape(-1, 1, 1, 1).astype(np.int32) if zp.size > 1 else int(zp.reshape(-1)[0]))
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return None
+    return shifted.astype(np.int8), np.broadcast_to(scale.reshape(-1).astype(np.float32), (co,)).copy()
+
+
 def _mat_mul_integer(call: Call, grow: QGemm | None) -> QGemm | None:
     a, b, *zps = call.args
     w = _const(b)
@@ -214,17 +272,17 @@ def _cast(call: Call, grow: QGemm | None) -> QGemm | None:
 def _add(call: Call, grow: QGemm | None) -> QGemm | None:
     if grow is None or grow.out_dtype != "float32" or grow.relu:
         return None
-    other = call.args[1] if _is(call.args[0], "quant.qgemm") else call.args[0]
-    bias = _per_column(_folded(other), grow.w.shape[1])
+    other = call.args[1] if _grown(call.args[0]) else call.args[0]
+    bias = _per_column(_folded(other), grow.w.shape[1], grow.channel_from_end)
     return None if bias is None else replace(grow, col_bias=grow.col_bias + bias)
 
 
 def _mul(call: Call, grow: QGemm | None) -> QGemm | None:
     if grow is None or grow.out_dtype != "float32" or grow.relu:
         return None
-    other = call.args[1] if _is(call.args[0], "quant.qgemm") else call.args[0]
+    other = call.args[1] if _grown(call.args[0]) else call.args[0]
     n = grow.w.shape[1]
-    scale = _per_column(_const(other), n)
+    scale = _per_column(_const(other), n, grow.channel_from_end)
     if scale is not None:
         return replace(grow, col_scale=grow.col_scale * scale, col_bias=grow.col_bias * scale)
     t = other.type
@@ -250,11 +308,23 @@ def _quantize(call: Call, grow: QGemm | None) -> QGemm | None:
                    out_dtype=out, y_zero_point=int(zy))
 
 
+def _grown(e: Expr) -> bool:
+    """A qgemm, or a qgemm's output transpose (a convolution's), that a rule may fold into."""
+    return _is(e, "quant.qgemm") or (_is(e, "tensor.transpose") and _is(e.args[0], "quant.qgemm"))
+
+
 # op name -> (the argument positions a qgemm may be grown from, the rule)
 RULES = {
-    "linalg.mat_mul": ((), _mat_mul), "linalg.gemm": ((), _gemm), "linalg.mat_mul_integer": ((), _mat_mul_integer),
-    "quant.qlinear_matmul": ((), _qlinear_matmul), "math.cast": ((0,), _cast), "math.add": ((0, 1), _add),
-    "math.mul": ((0, 1), _mul), "nn.relu": ((0,), _relu), "quant.quantize_linear": ((0,), _quantize),
+    "nn.conv": ((), _conv),
+    "linalg.mat_mul": ((), _mat_mul),
+    "linalg.gemm": ((), _gemm),
+    "linalg.mat_mul_integer": ((), _mat_mul_integer),
+    "quant.qlinear_matmul": ((), _qlinear_matmul),
+    "math.cast": ((0,), _cast),
+    "math.add": ((0, 1), _add),
+    "math.mul": ((0, 1), _mul),
+    "nn.relu": ((0,), _relu),
+    "quant.quantize_linear": ((0,), _quantize),
 }
 
 
@@ -270,7 +340,7 @@ def int8_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
         if not (isinstance(new, Call) and isinstance(new.op, OpDef) and new.op.name in RULES):
             return new
         slots, rule = RULES[new.op.name]
-        grown = [k for k in slots if _is(new.args[k], "quant.qgemm") and uses[id(old.args[k])] == 1]
+        grown = [k for k in slots if _grown(new.args[k]) and uses[id(old.args[k])] == 1]
         if slots and not grown:
             return new
         q = rule(new, QGemm.of(new.args[grown[0]]) if grown else None)
