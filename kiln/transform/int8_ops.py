@@ -183,16 +183,13 @@ def _gemm(call: Call, grow: QGemm | None) -> QGemm | None:
     return None if bias is None else replace(q, col_bias=bias * np.float32(at.beta))
 
 
-def _conv(call: Call, grow: QGemm | None) -> QGemm | None:
+def _im2col_gemm(call: Call, act: tuple[Expr, Expr, Expr] | None, w: tuple[np.ndarray, np.ndarray] | None,
+                 bias: np.ndarray | None) -> QGemm | None:
     """A 2-D, ungrouped convolution: im2col of x (padded with its zero point) times W as [kh*kw*C, Co]."""
     at = call.attrs
-    x = call.args[0].args[0] if _is(call.args[0], "quant.dequantize_linear") else None
-    xt = x.type if x is not None else None
-    if at.group != 1 or not isinstance(xt, TensorType) or xt.shape is None or len(xt.shape) != 4:
-        return None
-    w = _weight_4d(call.args[1])
-    act = _activation(call.args[0])
-    if w is None or act is None:
+    xt = act[0].type if act is not None else None
+    if (w is None or bias is None or at.group != 1 or not isinstance(xt, TensorType) or xt.shape is None
+            or len(xt.shape) != 4 or not all(isinstance(d, int) for d in xt.shape)):
         return None
     wm, scale = w
     co, c, kh, kw = wm.shape
@@ -202,14 +199,32 @@ def _conv(call: Call, grow: QGemm | None) -> QGemm | None:
         return None
     cols = get_op("quant.im2col")(act[0], act[1], kernel=(kh, kw), strides=win.strides, dilations=win.dilations,
                                   pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]))
-    bias = np.zeros(co, np.float32)
-    if len(call.args) > 2 and not is_absent(call.args[2]):
-        b = _per_column(_folded(call.args[2]), co)
-        if b is None:
-            return None
-        bias = b
     gemm_w = wm.transpose(2, 3, 1, 0).reshape(kh * kw * c, co)
     return QGemm(cols, gemm_w, act[1], act[2], scale, bias, "float32", perm=(0, 3, 1, 2))
+
+
+def _conv(call: Call, grow: QGemm | None) -> QGemm | None:
+    w = _weight_4d(call.args[1])
+    if w is None:
+        return None
+    has_bias = len(call.args) > 2 and not is_absent(call.args[2])
+    bias = _per_column(_folded(call.args[2]), w[0].shape[0]) if has_bias else np.zeros(w[0].shape[0], np.float32)
+    return _im2col_gemm(call, _activation(call.args[0]), w, bias)
+
+
+def _qlinear_conv(call: Call, grow: QGemm | None) -> QGemm | None:
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, *b = call.args
+    sx, zx, sy, zy = _scalar(x_s), _scalar(x_zp), _scalar(y_s), _scalar(y_zp)
+    if None in (sx, zx, sy, zy):
+        return None
+    wq = _weight_4d(get_op("quant.dequantize_linear")(w, w_s, w_zp, axis=0))
+    if wq is None:
+        return None
+    co = wq[0].shape[0]
+    bias = _per_column(_folded(b[0]), co) if b and not is_absent(b[0]) else np.zeros(co, np.float32)
+    act = (x, Constant(np.asarray(int(zx), x.type.dtype)), Constant(np.float32(sx)))
+    q = _im2col_gemm(call, act, (wq[0], wq[1] / np.float32(sy)), None if bias is None else bias * sx * wq[1] / sy)
+    return None if q is None else replace(q, out_dtype=call.type.dtype, y_zero_point=int(zy))
 
 
 def _weight_4d(e: Expr) -> tuple[np.ndarray, np.ndarray] | None:
@@ -316,6 +331,7 @@ def _grown(e: Expr) -> bool:
 # op name -> (the argument positions a qgemm may be grown from, the rule)
 RULES = {
     "nn.conv": ((), _conv),
+    "quant.qlinear_conv": ((), _qlinear_conv),
     "linalg.mat_mul": ((), _mat_mul),
     "linalg.gemm": ((), _gemm),
     "linalg.mat_mul_integer": ((), _mat_mul_integer),
