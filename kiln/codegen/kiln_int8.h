@@ -13,7 +13,8 @@
  * vnni:       vpdpbusd (AVX-512 VNNI): four u8 x s8 products summed into s32 in one instruction.
  * Functions carry their ISA in a target attribute, so every variant compiles whatever -march says;
  * the build picks the one the target's CPU has. Rows past `rows` read row rows-1 again and are not
- * stored; columns past `cols` are not stored (the panel is zero there). */
+ * stored; columns past `cols` are not stored (the panel is zero there). `flip` and `split` are constants in
+ * each instantiation of a body: without a flip the row bytes broadcast straight from memory. */
 #include <immintrin.h>
 
 /* Accumulators are named variables, not arrays: gcc keeps arrays of vectors on the stack. The depth runs
@@ -65,7 +66,7 @@ static inline int32_t kiln_i8_quad4(const uint8_t* p, uint32_t mask) {
 
 __attribute__((target("avx2,fma"), always_inline))
 static inline void kiln_i8_tile_avx2_body(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
-                                          int32_t* c, int64_t ldc, int64_t cols, int32_t flip, const int split) {
+                                          int32_t* c, int64_t ldc, int64_t cols, const int flip, const int split) {
   KILN_I8_ROW(0) KILN_I8_ROW(1) KILN_I8_ROW(2) KILN_I8_ROW(3)
   const uint32_t mask = flip ? 0x80808080u : 0u;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -95,13 +96,15 @@ static inline void kiln_i8_tile_avx2_body(const uint8_t* a, int64_t lda, int64_t
 __attribute__((target("avx2,fma"), noinline))
 static void kiln_i8_tile_avx2(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
                               int32_t* c, int64_t ldc, int64_t cols, int32_t flip) {
-  kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, flip, 0);
+  if (flip) kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, 1, 0);
+  else kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, 0, 0);
 }
 
 __attribute__((target("avx2,fma"), noinline))
 static void kiln_i8_tile_avx2_split(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
                                     int32_t* c, int64_t ldc, int64_t cols, int32_t flip) {
-  kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, flip, 1);
+  if (flip) kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, 1, 1);
+  else kiln_i8_tile_avx2_body(a, lda, rows, w, k, c, ldc, cols, 0, 1);
 }
 
 /* VNNI: 8 rows x 32 columns, 16 zmm accumulators */
@@ -122,9 +125,9 @@ static void kiln_i8_tile_avx2_split(const uint8_t* a, int64_t lda, int64_t rows,
     _mm512_mask_storeu_epi32(c + (r) * ldc + 16, m1, c1);                                                  \
   }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline))
-static void kiln_i8_tile_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
-                              int32_t* c, int64_t ldc, int64_t cols, int32_t flip) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline))
+static inline void kiln_i8_tile_vnni_body(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
+                                          int32_t* c, int64_t ldc, int64_t cols, const int flip) {
   KILN_I8_ROW(0) KILN_I8_ROW(1) KILN_I8_ROW(2) KILN_I8_ROW(3)
   KILN_I8_ROW(4) KILN_I8_ROW(5) KILN_I8_ROW(6) KILN_I8_ROW(7)
   const uint32_t mask = flip ? 0x80808080u : 0u;
@@ -150,4 +153,11 @@ static void kiln_i8_tile_vnni(const uint8_t* a, int64_t lda, int64_t rows, const
   KILN_I8_VNNI_STORE(0, c00, c01) KILN_I8_VNNI_STORE(1, c10, c11) KILN_I8_VNNI_STORE(2, c20, c21)
   KILN_I8_VNNI_STORE(3, c30, c31) KILN_I8_VNNI_STORE(4, c40, c41) KILN_I8_VNNI_STORE(5, c50, c51)
   KILN_I8_VNNI_STORE(6, c60, c61) KILN_I8_VNNI_STORE(7, c70, c71)
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline))
+static void kiln_i8_tile_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* w, int64_t k,
+                              int32_t* c, int64_t ldc, int64_t cols, int32_t flip) {
+  if (flip) kiln_i8_tile_vnni_body(a, lda, rows, w, k, c, ldc, cols, 1);
+  else kiln_i8_tile_vnni_body(a, lda, rows, w, k, c, ldc, cols, 0);
 }
