@@ -115,3 +115,11 @@ def test_kernel_choice_follows_the_cpu_and_the_weights():
     assert choose_kernel(large, avx2, None) == "avx2_split"
     assert choose_kernel(large, vnni, None) == "vnni"
     assert choose_kernel(small, Target.parse("c -arch=x86_64 -features=sse2"), None) is None
+
+
+def test_an_exported_int8_model_loads_and_runs_the_same(tmp_path):
+    model = _qdq_matmul(RNG.integers(-128, 128, (13, 7)).astype(np.int8), np.zeros(7, np.int8))
+    x = {"x": RNG.integers(0, 256, (5, 13)).astype(np.uint8)}
+    built = kiln.build(model)
+    built.export(tmp_path / "m")
+    np.testing.assert_array_equal(kiln.load(tmp_path / "m").run(None, x)[0], built.run(x)[0])
