@@ -15,8 +15,8 @@ Bottom-up, one small rule per node, each growing a qgemm out of what it reads:
 
 A rule folds into a qgemm only when that qgemm has no other user. Weights are packed here, once, for
 the micro-kernel the target's CPU has; weights whose zero point moves them out of int8 stay as they
-were. PassContext.config["int8_ops.kernel"] forces a micro-kernel (tests compile the VNNI one on
-machines without it).
+were. PassContext.config["int8_ops.kernel"] forces a micro-kernel the target has (avx2_split where avx2 would
+be chosen, to compare them).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kiln.errors import KilnError
 from kiln.ir.expr import Call, Constant, Expr, Function, children, is_absent
 from kiln.ir.module import IRModule
 from kiln.ir.types import TensorType
@@ -81,15 +82,33 @@ class QGemm:
                      at.out_dtype, at.y_zero_point, at.relu, perm)
 
 
+# micro-kernel -> the ISA features its code needs
+KERNEL_FEATURES = {"vnni": frozenset({"avx512_vnni", "avx512bw", "avx512f"}), "avx2": frozenset({"avx2"}),
+                   "avx2_split": frozenset({"avx2"})}
+
+
 def choose_kernel(w: np.ndarray, target: Target, forced: str | None) -> str | None:
     """The micro-kernel for these weights on `target` (None: the CPU has no int8 dot product Kiln uses)."""
     if forced is not None:
         return forced
-    if {"avx512_vnni", "avx512bw", "avx512f"} <= target.features:
+    if KERNEL_FEATURES["vnni"] <= target.features:
         return "vnni"
     if "avx2" in target.features:
         return "avx2" if pairs_fit_s16(w) else "avx2_split"
     return None
+
+
+def _check_forced(forced: str | None, target: Target) -> None:
+    """A forced micro-kernel must exist and run on the target: its code would stop the process otherwise."""
+    if forced is None:
+        return
+    if forced not in KERNEL_FEATURES:
+        raise KilnError(f"pass config int8_ops.kernel={forced!r}: not a micro-kernel (one of "
+                        f"{', '.join(KERNEL_FEATURES)})")
+    missing = sorted(KERNEL_FEATURES[forced] - target.features)
+    if missing:
+        raise KilnError(f"pass config int8_ops.kernel={forced!r}: the target lacks {', '.join(missing)} "
+                        f"(target: {target})")
 
 
 def _is(e: Expr, name: str) -> bool:
@@ -348,6 +367,7 @@ RULES = {
 def int8_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Quantized matmul/gemm patterns -> quant.qgemm on the target's int8 micro-kernel."""
     forced = ctx.config.get("int8_ops.kernel")
+    _check_forced(forced, ctx.target)
     if forced is None and choose_kernel(np.zeros((1, 1), np.int8), ctx.target, None) is None:
         return fn
     uses = Counter(id(c) for e in post_order(fn.body) for c in children(e))

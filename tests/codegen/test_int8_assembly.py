@@ -1,5 +1,6 @@
-"""The int8 micro-kernels in the assembly gcc makes of a quantized matmul's kernel: vpdpbusd for VNNI
-(compiled whatever the host: the kernel carries its ISA in a target attribute), vpmaddubsw + vpmaddwd
+"""The int8 micro-kernels in the assembly gcc makes of a quantized matmul's kernel built for a target with
+them: vpdpbusd for VNNI (compiled with this host's flags: the kernel carries its ISA in a target attribute),
+vpmaddubsw + vpmaddwd
 for AVX2 (and no vpdpbusd there: unused kernels of the header are not compiled in)."""
 
 import numpy as np
@@ -9,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 from kiln.codegen.c_source import generate
 from kiln.compiler.fuse import fuse
+from kiln.target import Target
 from kiln.transform.infra import PassContext
 from kiln.tune.tasks import extract_tasks, lower_with
 from tests.codegen.assembly import assembly
@@ -21,7 +23,9 @@ def _qgemm_source(kernel: str) -> str:
                               [helper.make_tensor_value_info("x", TensorProto.UINT8, [8, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [8, 32])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    fused = fuse(kiln.from_onnx(model), 3, PassContext(opt_level=3, config={"int8_ops.kernel": kernel}))
+    features = "avx,avx2,fma" + (",avx512f,avx512bw,avx512_vnni" if kernel == "vnni" else "")
+    target = Target.parse(f"c -arch=x86_64 -features={features}")
+    fused = fuse(kiln.from_onnx(model), 3, PassContext(opt_level=3, target=target, config={"int8_ops.kernel": kernel}))
     task = next(t for t in extract_tasks(fused) if "qgemm" in t.name)
     return generate([lower_with(task.fn, "k", None).func]).code
 

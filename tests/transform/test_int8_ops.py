@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 from kiln.compiler.fuse import fuse
+from kiln.errors import KilnError
 from kiln.ir.printer import text
 from kiln.target import Target
 from kiln.transform.infra import PassContext
@@ -152,3 +153,11 @@ def test_an_exported_int8_model_loads_and_runs_the_same(tmp_path):
     built = kiln.build(model)
     built.export(tmp_path / "m")
     np.testing.assert_array_equal(kiln.load(tmp_path / "m").run(None, x)[0], built.run(x)[0])
+
+
+@pytest.mark.parametrize("kernel,message", [("avx3", "not a micro-kernel"), ("vnni", "the target lacks avx512")])
+def test_a_forced_kernel_must_exist_and_run_on_the_target(kernel, message):
+    model = _qdq_matmul(RNG.integers(-128, 128, (13, 7)).astype(np.int8), np.zeros(7, np.int8))
+    target = Target.parse("c -arch=x86_64 -features=avx,avx2,fma")
+    with pytest.raises(KilnError, match=message):
+        fuse(kiln.from_onnx(model), 3, PassContext(opt_level=3, target=target, config={"int8_ops.kernel": kernel}))
