@@ -3,6 +3,8 @@ with AVX2 or AVX-512 VNNI, instead of float kernels between QuantizeLinear and D
 
 Bottom-up, one small rule per node, each growing a qgemm out of what it reads:
 
+- a 2-D ungrouped `conv` (or `qlinear_conv`) -> quant.im2col of x in NHWC (kiln/op/im2col.py) times W as
+  [kh * kw * C, Co], transposed back to NCHW; between two such convolutions the transposes cancel;
 - `mat_mul` / `gemm` of DequantizeLinear(x) (per-tensor constant scale and zero point, uint8 or int8 x)
   and DequantizeLinear(W) (a constant int8 weight, per-tensor or per output column) -> qgemm with a
   float32 output (gemm's alpha, beta and constant C fold into the column scales and bias);
@@ -216,7 +218,8 @@ def _im2col_gemm(call: Call, act: tuple[Expr, Expr, Expr] | None, w: tuple[np.nd
     _, pads, extra = win.layout(tuple(xt.shape[2:]))
     if any(extra) or kh * kw * c > MAX_DEPTH:
         return None
-    cols = get_op("quant.im2col")(act[0], act[1], kernel=(kh, kw), strides=win.strides, dilations=win.dilations,
+    nhwc = get_op("tensor.transpose")(act[0], perm=(0, 2, 3, 1))
+    cols = get_op("quant.im2col")(nhwc, act[1], kernel=(kh, kw), strides=win.strides, dilations=win.dilations,
                                   pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]))
     gemm_w = wm.transpose(2, 3, 1, 0).reshape(kh * kw * c, co)
     return QGemm(cols, gemm_w, act[1], act[2], scale, bias, "float32", perm=(0, 3, 1, 2))

@@ -40,8 +40,8 @@ def _im2col(rng):
 
     return [(A("quant.im2col", kernel=k, strides=s, dilations=d, pads=p),
              [rand(shape, dt, rng), np.asarray(7, dt)], ())
-            for shape, k, s, d, p, dt in (((1, 3, 5, 5), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), "uint8"),
-                                          ((2, 2, 7, 6), (2, 3), (2, 1), (1, 2), (0, 2, 1, 0), "int8"),
+            for shape, k, s, d, p, dt in (((1, 5, 5, 3), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), "uint8"),
+                                          ((2, 7, 6, 2), (2, 3), (2, 1), (1, 2), (0, 2, 1, 0), "int8"),
                                           ((1, 1, 1, 1), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), "uint8"))]
 
 
