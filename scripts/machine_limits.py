@@ -3,6 +3,9 @@
 - FMA peak: a C kernel of 12 independent FMA chains per thread on the widest vector the host has
   (16 lanes with AVX-512, else 8), compiled with Kiln's gcc flags; GFLOP/s = 2 * lanes * 12 chains *
   iterations / time.
+- int8 dot peak: 12 independent accumulator chains of the int8 dot instruction Kiln's int8 kernels use:
+  vpdpbusd on 512-bit vectors with AVX-512 VNNI (64 multiply-adds each), else AVX2's vpmaddubsw +
+  vpmaddwd + vpaddd on 256-bit vectors (32 multiply-adds each); GOP/s counts a multiply-add as 2.
 - SGEMM ceiling: numpy's BLAS on a large matrix (the practical peak a GEMM can reach here).
 - Bandwidth: a C triad a[i] = b[i] + s * c[i] over arrays much larger than the caches (OpenMP).
 Prints a table and writes JSON with --json FILE. Threads: 1 and all cores, set explicitly.
@@ -54,6 +57,51 @@ double fma_peak(int64_t iters, int threads) {
   double t = omp_get_wtime() - t0;
   return sink == 12345.f ? -t : t;  /* keep the work observable */
 }
+#include <immintrin.h>
+/* 12 chains of the int8 dot instruction; returns the multiply-adds of one step of one chain */
+int int8_macs(void) {
+#ifdef __AVX512VNNI__
+  return 64;
+#else
+  return 32;
+#endif
+}
+double int8_peak(int64_t iters, int threads) {
+  double t0 = omp_get_wtime();
+  int sink = 0;
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+#ifdef __AVX512VNNI__
+    __m512i acc[12];
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_set1_epi32(j);
+    for (int64_t i = 0; i < iters; ++i) {
+      #pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+      __asm__ volatile("" : "+v"(acc[0]));
+    }
+    for (int j = 1; j < 12; ++j) acc[0] = _mm512_add_epi32(acc[0], acc[j]);
+    sink += _mm512_reduce_add_epi32(acc[0]);
+#else
+    /* 6 chains (6 accumulators, 6 operands, 2 constants: 14 of 16 registers), each operand made opaque
+       every step so nothing is hoisted; a step's three instructions are what one 32-MAC step costs */
+    __m256i acc[6], a[6];
+    const __m256i b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+    for (int j = 0; j < 6; ++j) acc[j] = _mm256_set1_epi32(j), a[j] = _mm256_set1_epi8((char)(j + 1));
+    for (int64_t i = 0; i < 2 * iters; ++i) {
+      #pragma GCC unroll 6
+      for (int j = 0; j < 6; ++j) {
+        __asm__ volatile("" : "+x"(a[j]));
+        acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a[j], b), ones));
+      }
+    }
+    for (int j = 1; j < 6; ++j) acc[0] = _mm256_add_epi32(acc[0], acc[j]);
+    sink += _mm256_extract_epi32(acc[0], 0);
+#endif
+  }
+  double t = omp_get_wtime() - t0;
+  return sink == 12345 ? -t : t;
+}
 double triad(float* a, const float* b, const float* c, int64_t n, int reps, int threads) {
   double t0 = omp_get_wtime();
   for (int r = 0; r < reps; ++r) {
@@ -73,6 +121,8 @@ def build() -> ctypes.CDLL:
     dll = ctypes.CDLL(str(lib))
     dll.fma_peak.restype, dll.fma_peak.argtypes = ctypes.c_double, [ctypes.c_int64, ctypes.c_int]
     dll.fma_lanes.restype, dll.fma_lanes.argtypes = ctypes.c_int, []
+    dll.int8_peak.restype, dll.int8_peak.argtypes = ctypes.c_double, [ctypes.c_int64, ctypes.c_int]
+    dll.int8_macs.restype, dll.int8_macs.argtypes = ctypes.c_int, []
     dll.triad.restype = ctypes.c_double
     dll.triad.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
                           ctypes.c_int]
@@ -82,6 +132,12 @@ def build() -> ctypes.CDLL:
 def fma_gflops(dll: ctypes.CDLL, threads: int, iters: int = 200_000_000) -> float:
     best = min(abs(dll.fma_peak(iters, threads)) for _ in range(3))
     return 2 * dll.fma_lanes() * 12 * iters * threads / best / 1e9
+
+
+def int8_gops(dll: ctypes.CDLL, threads: int, iters: int = 100_000_000) -> float:
+    """The int8 dot instruction's peak (vpdpbusd, else vpmaddubsw + vpmaddwd) in GOP/s."""
+    best = min(abs(dll.int8_peak(iters, threads)) for _ in range(3))
+    return 2 * dll.int8_macs() * 12 * iters * threads / best / 1e9
 
 
 def triad_gbs(dll: ctypes.CDLL, threads: int, n: int = 1 << 25) -> float:
@@ -114,6 +170,7 @@ def main() -> None:
     rows = {}
     for t in sorted({1, cores}):
         rows[f"fma_peak_gflops_{t}t"] = fma_gflops(dll, t)
+        rows[f"int8_dot_peak_gops_{t}t"] = int8_gops(dll, t)
         rows[f"triad_gbs_{t}t"] = triad_gbs(dll, t)
     rows["numpy_sgemm_gflops_all_threads"] = sgemm_gflops()
     for k, v in rows.items():

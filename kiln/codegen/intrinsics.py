@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from kiln.codegen.c_types import ERROR_FLAG, CodegenError, is_float_value, scalar_ctype
 from kiln.codegen.names import C_KEYWORDS
-from kiln.tir.expr import elem_of
+from kiln.tir.expr import BufferLoad, elem_of
 
 # math.h functions: float32 (and float16/bfloat16, computed as float) use the `f` variant
 MATH = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "round", "nearbyint", "trunc", "sin",
@@ -74,6 +75,27 @@ def _check_index(p, e, a):
     return f"kiln_check_index((int64_t)({a[0]}), (int64_t)({a[1]}), &{ERROR_FLAG})"
 
 
+INT8_HEADER = Path(__file__).with_name("kiln_int8.h")
+# the int8 micro-kernels' parameters: a pointer argument is a BufferLoad, passed as its element's address
+_INT8_TILE_PARAMS = ("const uint8_t*", "int64_t", "int64_t", "const int8_t*", "int64_t", "int32_t*", "int64_t",
+                     "int64_t", "int32_t")
+
+
+def _int8_tile(name: str) -> Callable:
+    """A register tile of kiln/codegen/kiln_int8.h (kiln/topi/qgemm.py's intrinsic); the header joins the
+    module's declarations once, whichever variants the module calls."""
+
+    def spell(p, e, a):
+        if len(a) != len(_INT8_TILE_PARAMS):
+            raise CodegenError(f"{name} takes {len(_INT8_TILE_PARAMS)} arguments, got {len(a)}")
+        p.decls.extern("kiln_int8.h", INT8_HEADER.read_text())
+        args = [f"({t})&{x}" if isinstance(arg, BufferLoad) else f"({t}){x}"
+                for t, x, arg in zip(_INT8_TILE_PARAMS, a, e.args)]
+        return f"({name}({', '.join(args)}), 0)"
+
+    return spell
+
+
 INTRINSIC_RULES: dict[str, Callable] = {
     **{n: _math(n) for n in MATH},
     **{n: _bitwise(op) for n, op in BITWISE.items()},
@@ -81,6 +103,7 @@ INTRINSIC_RULES: dict[str, Callable] = {
     "bitwise_not": lambda p, e, a: f"(({scalar_ctype(e.dtype)})~{a[0]})",
     "reinterpret": _reinterpret,
     "check_index": _check_index,
+    **{f"kiln_i8_tile_{k}": _int8_tile(f"kiln_i8_tile_{k}") for k in ("avx2", "avx2_split", "vnni")},
 }
 
 

@@ -54,4 +54,5 @@ _MACS: dict[str, Callable[..., int]] = {  # multiply-adds of one call, from its 
     # the optimized graph's forms: a blocked conv's W is [O/o, I/i, KH, KW, i, o], a packed dense's A is [..., K]
     "nn.conv2d_nchwc": lambda e, x, w, out: _size(out) * _size(w) // (w[0] * w[-1]),
     "linalg.dense_packed": lambda e, a, w, out: _size(out) * a[-1],
+    "quant.qgemm": lambda e, a, w, out: _size(out) * a[-1],  # integer multiply-adds: the GOP/s of the int8 kernels
 }

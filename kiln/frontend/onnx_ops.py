@@ -10,6 +10,7 @@ from kiln.frontend import (  # noqa: F401
                            onnx_nn,
                            onnx_norm,
                            onnx_quant,
+                           onnx_quant_contrib,
                            onnx_random,
                            onnx_reduce,
                            onnx_rnn,

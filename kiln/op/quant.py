@@ -49,8 +49,9 @@ def as_real(q: np.ndarray) -> np.ndarray:
 
 
 def _param_rel(x: TensorType, p: TensorType, axis: int, block_size: int, what: str) -> None:
-    """Check that scale/zero-point shape `p` fits x for the granularity it implies."""
-    if p.shape is None or x.shape is None or p.ndim == 0:
+    """Check that scale/zero-point shape `p` fits x for the granularity it implies. One value in 1-D is per
+    tensor too, whatever the axis says (ONNX Runtime's quantizer writes axis=1 on 1-D biases)."""
+    if p.shape is None or x.shape is None or p.ndim == 0 or (p.shape == (1,) and not block_size):
         return
     if block_size < 0:
         raise TypeInferenceError(f"block_size must be >= 0, got {block_size}")

@@ -13,6 +13,7 @@ from kiln.topi import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
                        extern,
                        fast_math,  # noqa: F401,E402
                        flex_attention,
+                       im2col,
                        injective,
                        integer_linalg,
                        layout,  # noqa: F401,E402
@@ -24,6 +25,7 @@ from kiln.topi import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401,E402
                        ngram,  # noqa: F401,E402
                        nn,
                        norm,
+                       qgemm,
                        qlinear_conv,
                        qlinear_matmul,
                        quant,

@@ -14,6 +14,7 @@ from kiln.transform import (  # noqa: F401,E402  # noqa: F401,E402  # noqa: F401
                                   fold_constant,
                                   fold_scale_axis,
                                   fuse_ops,
+                                  int8_ops,
                                   layout,
                                   mixed_precision,
                                   normal_form,

@@ -12,6 +12,7 @@ STANDARD = [
     "remove-unused-functions",
     "dead-code-elimination",
     "simplify-inference",
+    "int8-ops",  # before folding: it reads quantized weights, which folding would dequantize
     "fold-constant",
     "simplify-inference",  # again: exporters build masks from shapes, constants only after folding
     "simplify-expr",

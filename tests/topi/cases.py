@@ -206,3 +206,6 @@ CASES.update(LAST_NUMERIC_CASES())
 from tests.topi.cases_layout import LAYOUT_CASES  # noqa: E402
 
 CASES.update(LAYOUT_CASES())
+from tests.topi.cases_int8 import INT8_CASES  # noqa: E402
+
+CASES.update(INT8_CASES())
