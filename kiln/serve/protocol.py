@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kiln.errors import InputError, ServeError
-from kiln.ir import dtype as kiln_dtype
 from kiln.ir.input_check import check_input
 from kiln.serve import tensor_codec
 from kiln.serve.dispatch import ModelConfig, Priority
@@ -165,7 +164,7 @@ def encode_infer(name: str, version: str, parsed: ParsedInfer, results: dict[str
     docs, blobs = [], []
     for key in parsed.outputs:
         arr = np.asarray(results[key])
-        doc = {"name": key, "datatype": tensor_codec.kserve_type(kiln_dtype.from_numpy(arr.dtype)), "shape": list(arr.shape)}
+        doc = {"name": key, "datatype": tensor_codec.datatype_of(arr), "shape": list(arr.shape)}
         if key in parsed.binary:
             blobs.append(tensor_codec.to_binary(arr))
             doc["parameters"] = {"binary_data_size": len(blobs[-1])}

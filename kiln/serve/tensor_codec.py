@@ -27,6 +27,10 @@ def kserve_type(dtype: str) -> str:
     return KILN_TO_KSERVE.get(dtype, dtype.upper())
 
 
+def datatype_of(arr: np.ndarray) -> str:
+    return kserve_type(kiln_dtype.from_numpy(arr.dtype))
+
+
 def element_count(what: str, shape: Any) -> int:
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                               for d in shape):
