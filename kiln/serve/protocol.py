@@ -55,8 +55,8 @@ def parse_infer(body: bytes, header_length: str | None, model: Model, name: str)
     params = _object(doc.get("parameters", {}), "request 'parameters'")
     outputs, binary = _outputs(doc.get("outputs"), model, name, params.get("binary_data_output", False))
     request_id = doc.get("id")
-    return ParsedInfer(feeds, outputs, binary, _priority(params.get("priority")), _timeout(params.get("timeout")),
-                       request_id if isinstance(request_id, str) else None)
+    return ParsedInfer(feeds, outputs, binary, parse_priority(params.get("priority")),
+                       parse_timeout(params.get("timeout")), request_id if isinstance(request_id, str) else None)
 
 
 def _header_length(text: str | None, size: int) -> int | None:
@@ -137,7 +137,7 @@ def _outputs(requested: Any, model: Model, name: str, binary_default: Any) -> tu
     return chosen, binary
 
 
-def _priority(value: Any) -> Priority | None:
+def parse_priority(value: Any) -> Priority | None:
     """Kiln's "rt"/"be", or Triton's integer priority: 0 the model's, 1 real-time, larger best-effort."""
     if value is None or value == 0:
         return None
@@ -149,7 +149,7 @@ def _priority(value: Any) -> Priority | None:
                      "(1 real-time, larger best-effort, 0 the model's own)")
 
 
-def _timeout(value: Any) -> float | None:
+def parse_timeout(value: Any) -> float | None:
     """Triton's timeout: microseconds; 0 or absent, the model's own."""
     if value is None or value == 0:
         return None
