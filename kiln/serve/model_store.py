@@ -110,8 +110,17 @@ class ModelStore:
                 log.exception("model %s failed to load", name)
                 done.set_exception(e)
             else:
-                self._set(name, Served(name, State.READY, "", source, model))
+                self._finish(name, Served(name, State.READY, "", source, model))
                 done.set_result(None)
+
+    def _finish(self, name: str, served: Served) -> None:
+        """Mark a load READY, unless the model was unloaded while it compiled: then stop serving it again."""
+        with self._lock:
+            unloaded = self._models[name].state is State.UNAVAILABLE
+            if not unloaded:
+                self._models[name] = served
+        if unloaded:
+            self.dispatcher.remove(name)
 
     def _set(self, name: str, served: Served) -> None:
         with self._lock:

@@ -142,3 +142,16 @@ def test_load_failure_names_the_problem(own_server, tmp_path):
     status, doc = _request(conn, "POST", "/v2/repository/models/broken/load")
     assert status == 400 and "model 'broken' failed to load" in doc["error"]
     assert _index(conn)["broken"] == "UNAVAILABLE"
+
+
+def test_unload_while_loading_leaves_it_unloaded(tmp_path, compiled):
+    from kiln.serve.model_store import ModelStore, State
+    from kiln.serve.repository import Repository
+
+    shutil.copytree(compiled["mlp"], tmp_path / "mlp")
+    dispatcher = ThreadDispatcher()
+    store = ModelStore(Repository(tmp_path), dispatcher)
+    loading = store.load("mlp")
+    store.unload("mlp")
+    loading.result(60)
+    assert store.get("mlp").state is State.UNAVAILABLE and "mlp" not in dispatcher.models
