@@ -68,10 +68,10 @@ class KilnApp:
             reply = await self._dispatch(scope, receive)
         except ClientGone:
             return
-        await send_reply(send, reply)
-        if log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(logging.DEBUG):  # before the reply goes out: a client that got it finds the line logged
             log.debug(json.dumps({"method": scope["method"], "path": scope["path"], "status": reply.status,
                                   "ms": round((time.perf_counter() - started) * 1e3, 3), "bytes_out": len(reply.body)}))
+        await send_reply(send, reply)
 
     async def _dispatch(self, scope: dict, receive: Receive) -> Reply:
         path, method = scope["path"], scope["method"]
