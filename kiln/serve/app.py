@@ -131,7 +131,9 @@ class KilnApp:
     async def repository_index(self, call: Call) -> Reply:
         body = await call.body()
         doc = protocol.read_json(body) if body.strip() else {}
-        only_ready = doc.get("ready", False) is True if isinstance(doc, dict) else False
+        if not isinstance(doc, dict):
+            raise ServeError("repository index request must be a JSON object, e.g. {\"ready\": true}")
+        only_ready = doc.get("ready", False) is True
         states = {s.name: s for s in self.store.all()}
         rows = []
         for name in sorted(set(self.store.repository.names()) | set(states)):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from kiln.runtime.model import Model
 
 SERVER_NAME = "kiln"
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics"]
+EXTENSIONS = ["binary_tensor_data", "model_repository"]
 
 
 @dataclass

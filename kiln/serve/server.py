@@ -48,6 +48,7 @@ def uvicorn_server(app: KilnApp, sock: socket.socket | None = None, host: str = 
     """A uvicorn.Server for `app` on `sock` when given, else on host:port; access log off (the app logs
     one JSON line per request at debug level instead)."""
     try:
+        import httptools  # noqa: F401 - uvicorn imports it only once running: a traceback there
         import uvicorn
     except ModuleNotFoundError:
         raise KilnError("kiln serve needs uvicorn and httptools: pip install kiln[serve]") from None
