@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from tests.serve.models import MLP_SIZES
+from tests.serve.http.models import MLP_SIZES
 
 GOOD = {"inputs": [{"name": "input", "shape": [2, MLP_SIZES[0]], "datatype": "FP32",
                     "data": [0.5] * (2 * MLP_SIZES[0])}]}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import kiln
-from tests.serve.models import every_dtype, tiny_mlp
-from tests.serve.running_server import RunningServer
-from tests.serve.thread_dispatcher import ThreadDispatcher
+from tests.serve.http.models import every_dtype, tiny_mlp
+from tests.serve.http.running_server import RunningServer
+from tests.serve.http.thread_dispatcher import ThreadDispatcher
 
 SERVE_TARGET = "c -threading=kiln"
 

@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from tests.serve.models import tiny_mlp
-from tests.serve.running_server import RunningServer
-from tests.serve.test_malformed import GOOD, _infer, _request
-from tests.serve.thread_dispatcher import ThreadDispatcher
+from tests.serve.http.models import tiny_mlp
+from tests.serve.http.running_server import RunningServer
+from tests.serve.http.test_malformed import GOOD, _infer, _request
+from tests.serve.http.thread_dispatcher import ThreadDispatcher
 
 
 def _post_in_threads(port: int, n: int, doc: dict) -> tuple[list[threading.Thread], list]:

@@ -16,8 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.serve.models import MLP_SIZES
-from tests.serve.test_sigterm import ROOT, _wait_ready
+from tests.serve.http.models import MLP_SIZES
+from tests.serve.http.test_sigterm import ROOT, _wait_ready
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("kiln.serve.scheduler") is None,
                                 reason="kiln.serve.scheduler (the request scheduler) is not in this Kiln")

@@ -10,17 +10,18 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 
-from tests.serve.test_malformed import GOOD, _infer
+from tests.serve.http.test_malformed import GOOD, _infer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def _start(repo) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.serve.slow_server", str(repo), "0.3"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.serve.http.slow_server", str(repo), "0.3"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()
     match = re.search(r"http://127\.0\.0\.1:(\d+)", line)

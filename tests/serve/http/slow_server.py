@@ -1,4 +1,4 @@
-"""`python -m tests.serve.slow_server REPO DELAY_S`: `kiln serve`'s serve() on a free port over the
+"""`python -m tests.serve.http.slow_server REPO DELAY_S`: `kiln serve`'s serve() on a free port over the
 ThreadDispatcher double, each run delayed, printing "queued" per request it takes: the SIGTERM test's
 server, whose requests stay in flight long enough to be signalled."""
 
@@ -8,7 +8,7 @@ import sys
 import time
 
 from kiln.serve.server import serve
-from tests.serve.thread_dispatcher import ThreadDispatcher
+from tests.serve.http.thread_dispatcher import ThreadDispatcher
 
 
 class SlowDispatcher(ThreadDispatcher):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.serve.models import DTYPES, MLP_SIZES
+from tests.serve.http.models import DTYPES, MLP_SIZES
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from kiln.cli import build_parser, main
-from tests.serve.test_sigterm import ROOT
+from tests.serve.http.test_sigterm import ROOT
 
 
 def test_parser_defaults():
