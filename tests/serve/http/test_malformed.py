@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -151,3 +152,25 @@ def test_gzip_body_is_inflated(conn):
     assert status == 200, doc
     status, doc = _infer(conn, b"junk", headers={"Content-Encoding": "gzip"})
     assert status == 400 and "not valid gzip" in doc["error"]
+
+
+def test_bad_requests_beside_good_ones_disturb_nothing(server, mlp_model):
+    expect = mlp_model.run({"input": np.full((2, MLP_SIZES[0]), 0.5, np.float32)})[0]
+    bad = [c for c in CASES if c[0] not in ("unknown model", "unknown version")]
+    answers: list = []
+
+    def client(i: int) -> None:
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        for j in range(len(bad)):
+            _, doc, headers, status, _ = bad[(i + j) % len(bad)]
+            answers.append(("bad", _infer(c, doc, headers=headers)[0] == status))
+            got, out = _infer(c, GOOD)
+            answers.append(("good", got == 200 and np.array_equal(
+                np.array(out["outputs"][0]["data"], np.float32).reshape(expect.shape), expect)))
+        c.close()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(answers) == 8 * len(bad) and all(ok for _, ok in answers)
