@@ -174,3 +174,13 @@ def test_bad_requests_beside_good_ones_disturb_nothing(server, mlp_model):
     for t in threads:
         t.join(120)
     assert len(answers) == 8 * len(bad) and all(ok for _, ok in answers)
+
+
+def test_accepted_connections_have_tcp_nodelay(server):
+    import socket
+
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    assert _request(c, "GET", "/v2/health/live")[0] == 200
+    sockets = [p.transport.get_extra_info("socket") for p in list(server.server.server_state.connections)]
+    assert sockets and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets)
+    c.close()
