@@ -19,7 +19,7 @@ from kiln.errors import InputError, KilnError, ModelNotReadyError, RepositoryErr
 from kiln.serve import metrics, protocol
 from kiln.serve.asgi_io import ClientGone, Receive, Reply, Send, error_reply, header, json_reply, read_body, send_reply
 from kiln.serve.dispatch import InferRequest
-from kiln.serve.model_store import ModelStore, Served, State
+from kiln.serve.model_store import ModelStore, State, StoredModel
 
 log = logging.getLogger("kiln.serve")
 
@@ -161,11 +161,11 @@ class KilnApp:
         self.store.unload(call.groups["model"])
         return Reply(200)
 
-    def _serving(self, call: Call) -> Served:
-        """The READY model the path names (at the version it names, when it names one)."""
+    def _serving(self, call: Call) -> StoredModel:
+        """The model the path names, loaded (at the version it names, when it names one)."""
         name, version = call.groups["model"], call.groups.get("version")
         served = self.store.get(name)
-        if served.state is State.LOADING:
+        if served.state is State.LOADING and served.model is None:  # a reload serves the old model meanwhile
             raise ModelNotReadyError(f"model '{name}' is loading")
         if served.state is State.UNAVAILABLE:
             raise UnknownModelError(f"model '{name}' is not available: {served.reason}")

@@ -32,7 +32,7 @@ class State(enum.Enum):
 
 
 @dataclass
-class Served:
+class StoredModel:
     """One repository model as the server sees it; `model` and `source` are set once it is READY."""
 
     name: str
@@ -49,7 +49,7 @@ class ModelStore:
         self.repository = repository
         self.dispatcher = dispatcher
         self._lock = threading.Lock()
-        self._models: dict[str, Served] = {}
+        self._models: dict[str, StoredModel] = {}
         self._jobs: queue.SimpleQueue[tuple[str, Future]] = queue.SimpleQueue()
         threading.Thread(target=self._load_loop, name="kiln-serve-loader", daemon=True).start()
 
@@ -63,7 +63,7 @@ class ModelStore:
         done: Future = Future()
         with self._lock:
             old = self._models.get(name)
-            self._models[name] = Served(name, State.LOADING, "", old.source if old else None,
+            self._models[name] = StoredModel(name, State.LOADING, "", old.source if old else None,
                                         old.model if old else None)
         self._jobs.put((name, done))
         return done
@@ -74,11 +74,11 @@ class ModelStore:
             served = self._models.get(name)
             if served is None or served.state is State.UNAVAILABLE:
                 raise UnknownModelError(f"model '{name}' is not loaded")
-            self._models[name] = Served(name, State.UNAVAILABLE, "unloaded")
+            self._models[name] = StoredModel(name, State.UNAVAILABLE, "unloaded")
         if served.model is not None:
             self.dispatcher.remove(name)
 
-    def get(self, name: str) -> Served:
+    def get(self, name: str) -> StoredModel:
         """The state of `name`; UnknownModelError when it was never loaded."""
         with self._lock:
             served = self._models.get(name)
@@ -86,7 +86,7 @@ class ModelStore:
             raise UnknownModelError(f"unknown model '{name}'")
         return served
 
-    def all(self) -> list[Served]:
+    def all(self) -> list[StoredModel]:
         with self._lock:
             return sorted(self._models.values(), key=lambda s: s.name)
 
@@ -102,18 +102,18 @@ class ModelStore:
                 model = load_model(source)
                 self.dispatcher.add(name, model, source.config)
             except KilnError as e:
-                self._set(name, Served(name, State.UNAVAILABLE, str(e)))
+                self._set(name, StoredModel(name, State.UNAVAILABLE, str(e)))
                 log.warning("model %s failed to load: %s", name, e)
                 done.set_exception(e)
             except Exception as e:  # noqa: BLE001 - a compiler bug must not end the loader thread
-                self._set(name, Served(name, State.UNAVAILABLE, f"{type(e).__name__}: {e}"))
+                self._set(name, StoredModel(name, State.UNAVAILABLE, f"{type(e).__name__}: {e}"))
                 log.exception("model %s failed to load", name)
                 done.set_exception(e)
             else:
-                self._finish(name, Served(name, State.READY, "", source, model))
+                self._finish(name, StoredModel(name, State.READY, "", source, model))
                 done.set_result(None)
 
-    def _finish(self, name: str, served: Served) -> None:
+    def _finish(self, name: str, served: StoredModel) -> None:
         """Mark a load READY, unless the model was unloaded while it compiled: then stop serving it again."""
         with self._lock:
             unloaded = self._models[name].state is State.UNAVAILABLE
@@ -122,6 +122,6 @@ class ModelStore:
         if unloaded:
             self.dispatcher.remove(name)
 
-    def _set(self, name: str, served: Served) -> None:
+    def _set(self, name: str, served: StoredModel) -> None:
         with self._lock:
             self._models[name] = served

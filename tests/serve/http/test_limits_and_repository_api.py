@@ -155,3 +155,18 @@ def test_unload_while_loading_leaves_it_unloaded(tmp_path, compiled):
     store.unload("mlp")
     loading.result(60)
     assert store.get("mlp").state is State.UNAVAILABLE and "mlp" not in dispatcher.models
+
+
+
+def test_loading_is_not_ready_and_a_reload_keeps_serving(own_server, tmp_path):
+    conn = http.client.HTTPConnection("127.0.0.1", own_server.port, timeout=120)
+    (tmp_path / "fresh.onnx").write_bytes(tiny_mlp(batch=1).SerializeToString())
+    loads = [own_server.store.load("fresh"), own_server.store.load("mlp")]
+    status, doc = _request(conn, "GET", "/v2/models/fresh/ready")
+    assert status == 503 and "loading" in doc["error"]
+    assert _request(conn, "GET", "/v2/health/ready")[0] == 503
+    assert _infer(conn, GOOD)[0] == 200  # mlp is reloading: its old model answers meanwhile
+    for f in loads:
+        f.result(120)
+    assert _request(conn, "GET", "/v2/models/fresh/ready")[0] == 200
+    assert _request(conn, "GET", "/v2/health/ready")[0] == 200
