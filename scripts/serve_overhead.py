@@ -3,7 +3,8 @@ connection, against model.run on the same compiled model in this process (issue 
 0.5 ms more at p50).
 
     .venv/bin/python scripts/serve_overhead.py [--rounds 20] [--burst 50] [--scheduler reef|fifo]
-                                               [--client raw|triton] [--batch 1] [--json OUT.json]
+                                               [--client raw|triton] [--batch 1] [--sizes 784,1024,1024,10]
+                                               [--json OUT.json]
 
 The server is `kiln serve` in its own process (as deployed), on a repository holding the MLP compiled
 once here. The two ways take turns: each round times a burst of requests through the server, then a
@@ -109,6 +110,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--burst", type=int, default=50, help="requests per way per round")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--sizes", default="784,1024,1024,10", help="the MLP's layer widths (default 784,1024,1024,10)")
     p.add_argument("--scheduler", choices=("reef", "fifo"), default="reef")
     p.add_argument("--client", choices=("raw", "triton"), default="raw")
     p.add_argument("--json", metavar="OUT.json", help="also write the numbers as JSON")
@@ -116,10 +118,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
-        model = kiln.build(mlp(batch=args.batch), target="c -threading=kiln")
+        sizes = tuple(int(n) for n in args.sizes.split(","))
+        model = kiln.build(mlp(batch=args.batch, sizes=sizes), target="c -threading=kiln")
         model.export(repo / "mlp")
         model = kiln.load(repo / "mlp").model
-        x = np.random.default_rng(0).standard_normal((args.batch, 784)).astype(np.float32)
+        x = np.random.default_rng(0).standard_normal((args.batch, sizes[0])).astype(np.float32)
         proc, port = start_server(repo, args.scheduler)
         try:
             remote = (raw_client if args.client == "raw" else triton_client)(port, x)
