@@ -262,6 +262,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     check_rounds=args.check_rounds)
 
 
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from kiln.serve.bench import VARIANTS, bench_serve
+    from kiln.serve.bench_report import report
+    from kiln.serve.workloads import ISSUE_WORKLOADS
+
+    report(bench_serve(args.workload or list(ISSUE_WORKLOADS), args.duration, args.seed, args.repeat,
+                       tuple(args.variant or VARIANTS)), args.json, args.html)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from kiln.demo import run_demo
 
@@ -385,6 +395,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "boxes, tensor shapes on edges")
     _add_pass_flags(s)
     s.set_defaults(fn=cmd_show)
+
+    bs = sub.add_parser("bench-serve", help="load the serving scheduler as DISB does and compare it with baselines",
+                        description="Run serving workloads (open-loop real-time clients, closed-loop best-effort "
+                                    "clients) through the REEF scheduler and its baselines (RT alone, BE alone, one "
+                                    "FIFO queue, two OS processes as is, under nice 19 and SCHED_IDLE), taking turns; "
+                                    "print a table per workload.")
+    bs.add_argument("--workload", action="append", metavar="NAME", help="K-A..K-E (the issue's), or K-T (two "
+                    "tiny models); repeatable (default: K-A..K-E)")
+    bs.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="seconds each variant runs "
+                    "per turn (default 60)")
+    bs.add_argument("--repeat", type=int, default=1, help="turns of every variant (default 1)")
+    bs.add_argument("--variant", action="append", metavar="NAME", help="rt-alone, be-alone, reef, fifo, processes, "
+                    "nice19 or sched-idle; repeatable (default: all)")
+    bs.add_argument("--seed", type=int, default=0, help="seed of the arrivals and inputs (default 0)")
+    bs.add_argument("--json", metavar="FILE", help="write every number (and each variant's RT latencies) as JSON")
+    bs.add_argument("--html", metavar="FILE", help="write the RT latency CDFs as a self-contained HTML page")
+    bs.set_defaults(fn=cmd_bench_serve)
 
     d = sub.add_parser("demo", help="take a built-in CNN through every stage of Kiln",
                        description="Build a small CNN from code (fixed-seed weights) and take it through "

@@ -123,3 +123,9 @@ class QueueFullError(ServeError):
 
 class RequestTimeoutError(ServeError):
     status = 504
+
+
+class ServerClosedError(ServeError):
+    """The dispatcher was closed: it takes no more requests, and without draining fails the queued ones."""
+
+    status = 503
