@@ -112,7 +112,7 @@ class KilnApp:
     async def infer(self, call: Call) -> Reply:
         served = self._serving(call)
         body = await call.body()
-        parsed = protocol.parse_infer(body, header(call.scope, b"inference-header-content-length"), served.model,
+        parsed = protocol.parse_infer(body, header(call.scope, b"inference-header-content-length"), served.spec,
                                       served.name)
         request = InferRequest(served.name, parsed.feeds, parsed.outputs, parsed.priority, parsed.timeout_s,
                                call.arrival)

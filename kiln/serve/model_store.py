@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kiln.errors import KilnError, UnknownModelError
+from kiln.serve.protocol import ModelSpec
 from kiln.serve.repository import ModelSource, Repository, load_model
 
 if TYPE_CHECKING:
@@ -33,13 +34,14 @@ class State(enum.Enum):
 
 @dataclass
 class StoredModel:
-    """One repository model as the server sees it; `model` and `source` are set once it is READY."""
+    """One repository model as the server sees it; `source`, `model` and `spec` are set once it is READY."""
 
     name: str
     state: State
     reason: str = ""
     source: ModelSource | None = None
     model: Model | None = None
+    spec: ModelSpec | None = None
 
 
 class ModelStore:
@@ -63,8 +65,8 @@ class ModelStore:
         done: Future = Future()
         with self._lock:
             old = self._models.get(name)
-            self._models[name] = StoredModel(name, State.LOADING, "", old.source if old else None,
-                                        old.model if old else None)
+            self._models[name] = StoredModel(name, State.LOADING, "", old.source, old.model, old.spec) if old \
+                else StoredModel(name, State.LOADING)
         self._jobs.put((name, done))
         return done
 
@@ -110,7 +112,7 @@ class ModelStore:
                 log.exception("model %s failed to load", name)
                 done.set_exception(e)
             else:
-                self._finish(name, StoredModel(name, State.READY, "", source, model))
+                self._finish(name, StoredModel(name, State.READY, "", source, model, ModelSpec.of(model)))
                 done.set_result(None)
 
     def _finish(self, name: str, served: StoredModel) -> None:

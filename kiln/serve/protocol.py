@@ -24,6 +24,22 @@ SERVER_NAME = "kiln"
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """What decoding a request needs of a model, read once when it is loaded (Model.inputs and
+    Model.outputs build new lists on every call, which a request should not pay for)."""
+
+    types: dict[str, Any]  # input name -> its IR type (kiln.ir.input_check checks feeds against it)
+    datatypes: dict[str, str]  # input name -> KServe datatype
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: Model) -> ModelSpec:
+        return cls({p.name: p.type for p in model.mod.main.params},
+                   {i.name: tensor_codec.kserve_type(i.dtype) for i in model.inputs},
+                   tuple(o.name for o in model.outputs))
+
+
 @dataclass
 class ParsedInfer:
     """A decoded inference request: feeds checked against the model; outputs to return, in order."""
@@ -43,7 +59,7 @@ def read_json(body: bytes | memoryview, what: str = "request body") -> Any:
         raise ServeError(f"{what} is not valid JSON: {e}") from None
 
 
-def parse_infer(body: bytes, header_length: str | None, model: Model, name: str) -> ParsedInfer:
+def parse_infer(body: bytes, header_length: str | None, spec: ModelSpec, name: str) -> ParsedInfer:
     """The request `body` holds, for model `name`; a ServeError (400) naming what is wrong otherwise."""
     view = memoryview(body)
     split = _header_length(header_length, len(body))
@@ -51,9 +67,9 @@ def parse_infer(body: bytes, header_length: str | None, model: Model, name: str)
     if not isinstance(doc, dict):
         raise ServeError("request body must be a JSON object with 'inputs'")
     blob = view[split:] if split is not None else view[:0]
-    feeds = _feeds(doc.get("inputs"), blob, model, name)
+    feeds = _feeds(doc.get("inputs"), blob, spec, name)
     params = _object(doc.get("parameters", {}), "request 'parameters'")
-    outputs, binary = _outputs(doc.get("outputs"), model, name, params.get("binary_data_output", False))
+    outputs, binary = _outputs(doc.get("outputs"), spec, name, params.get("binary_data_output", False))
     request_id = doc.get("id")
     return ParsedInfer(feeds, outputs, binary, parse_priority(params.get("priority")),
                        parse_timeout(params.get("timeout")), request_id if isinstance(request_id, str) else None)
@@ -74,11 +90,10 @@ def _object(value: Any, what: str) -> dict:
     return value
 
 
-def _feeds(inputs: Any, blob: memoryview, model: Model, name: str) -> dict[str, np.ndarray]:
+def _feeds(inputs: Any, blob: memoryview, spec: ModelSpec, name: str) -> dict[str, np.ndarray]:
     if not isinstance(inputs, list):
         raise ServeError("request 'inputs' must be a list of tensors")
-    params = {p.name: p for p in model.mod.main.params}
-    dtypes = {i.name: i.dtype for i in model.inputs}
+    params = spec.types
     feeds: dict[str, np.ndarray] = {}
     at = 0
     for tensor in inputs:
@@ -88,7 +103,7 @@ def _feeds(inputs: Any, blob: memoryview, model: Model, name: str) -> dict[str, 
             raise ServeError(f"model '{name}' has no input {key!r}; its inputs are {', '.join(params)}")
         if key in feeds:
             raise ServeError(f"input '{key}' is given twice")
-        feeds[key], at = _tensor(tensor, f"input '{key}'", blob, at, dtypes[key])
+        feeds[key], at = _tensor(tensor, f"input '{key}'", blob, at, spec.datatypes[key])
     if at != len(blob):
         raise ServeError(f"{len(blob) - at} bytes of binary data after the last binary input")
     missing = [p for p in params if p not in feeds]
@@ -96,16 +111,16 @@ def _feeds(inputs: Any, blob: memoryview, model: Model, name: str) -> dict[str, 
         raise ServeError(f"model '{name}' needs input(s) {', '.join(missing)}")
     dims: dict[str, int] = {}
     try:
-        return {k: check_input(k, feeds[k], params[k].type, dims) for k in params}
+        return {k: check_input(k, feeds[k], params[k], dims) for k in params}
     except InputError as e:
         raise ServeError(str(e)) from None
 
 
-def _tensor(tensor: dict, what: str, blob: memoryview, at: int, dtype: str) -> tuple[np.ndarray, int]:
-    """(the tensor, where the next binary input starts)."""
+def _tensor(tensor: dict, what: str, blob: memoryview, at: int, want: str) -> tuple[np.ndarray, int]:
+    """(the tensor, where the next binary input starts); `want`: the KServe datatype the model takes."""
     datatype, shape = tensor.get("datatype"), tensor.get("shape")
-    if datatype != tensor_codec.kserve_type(dtype):
-        raise ServeError(f"{what} has datatype {datatype!r}; the model takes {tensor_codec.kserve_type(dtype)}")
+    if datatype != want:
+        raise ServeError(f"{what} has datatype {datatype!r}; the model takes {want}")
     size = _object(tensor.get("parameters", {}), f"{what} 'parameters'").get("binary_data_size")
     if size is None:
         if "data" not in tensor:
@@ -119,10 +134,10 @@ def _tensor(tensor: dict, what: str, blob: memoryview, at: int, dtype: str) -> t
     return tensor_codec.from_binary(what, datatype, shape, blob[at:at + size]), at + size
 
 
-def _outputs(requested: Any, model: Model, name: str, binary_default: Any) -> tuple[list[str], set[str]]:
-    names = [o.name for o in model.outputs]
+def _outputs(requested: Any, spec: ModelSpec, name: str, binary_default: Any) -> tuple[list[str], set[str]]:
+    names = spec.outputs
     if requested is None:
-        return names, set(names) if binary_default is True else set()
+        return list(names), set(names) if binary_default is True else set()
     if not isinstance(requested, list):
         raise ServeError("request 'outputs' must be a list")
     chosen, binary = [], set()
