@@ -1,5 +1,5 @@
 """`kiln serve` as a user runs it (the command, the real scheduler by name), through tritonclient.http:
-RT and BE requests answered equal to the model's own run, then SIGTERM and exit 0. Skipped where this
+RT and BE requests answered equal to the model's own run and counted in /metrics, then SIGTERM and exit 0. Skipped where this
 Kiln has no kiln.serve.scheduler (it is built by another part of issue 28)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
@@ -49,6 +50,9 @@ def test_kiln_serve_command_end_to_end(tmp_path, compiled, mlp_model, scheduler)
         for x, request in pending:
             np.testing.assert_array_equal(request.get_result().as_numpy(name), mlp_model.run({"input": x})[0])
         client.close()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        assert 'kiln_requests_total{model="rt_mlp"} 8\n' in metrics
+        assert 'kiln_requests_total{model="be_mlp"} 16\n' in metrics
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:
