@@ -17,7 +17,18 @@ from collections.abc import Awaitable, Callable
 
 from kiln.errors import InputError, KilnError, ModelNotReadyError, RepositoryError, ServeError, UnknownModelError
 from kiln.serve import metrics, protocol
-from kiln.serve.asgi_io import ClientGone, Receive, Reply, Send, error_reply, header, json_reply, read_body, send_reply
+from kiln.serve.asgi_io import (
+    BodyNotDrained,
+    ClientGone,
+    Receive,
+    Reply,
+    Send,
+    error_reply,
+    header,
+    json_reply,
+    read_body,
+    send_reply,
+)
 from kiln.serve.dispatch import InferRequest
 from kiln.serve.model_store import ModelStore, State, StoredModel
 
@@ -180,7 +191,7 @@ async def _answer(handler: Handler, call: Call) -> Reply:
     try:
         return await handler(call)
     except ServeError as e:
-        return error_reply(e.status, str(e))
+        return error_reply(e.status, str(e), close=isinstance(e, BodyNotDrained))
     except InputError as e:
         return error_reply(400, str(e))
     except KilnError as e:

@@ -1,8 +1,10 @@
 """Reading a request body and sending a reply over raw ASGI (what uvicorn calls the app with).
 
-The body is bounded while it arrives (Content-Length is checked first, then every chunk), so an
-oversized upload costs the server at most the limit; a gzip or deflate body (tritonclient's request
-compression) is inflated under the same bound.
+The body is bounded while it arrives: an oversized one is read on and dropped (up to DRAIN_FACTOR
+times the limit) so that the 413 goes out on a connection that can be reused; closing a socket with
+unread data makes the kernel reset it, and the client may then never see the 413. Beyond that the
+reply closes the connection. A gzip or deflate body (tritonclient's request compression) is
+inflated under the same bound.
 """
 
 from __future__ import annotations
@@ -18,10 +20,15 @@ from kiln.errors import BodyTooLargeError, ServeError
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 INFLATE_WBITS = {"gzip": 31, "deflate": 15}
+DRAIN_FACTOR = 4
 
 
 class ClientGone(Exception):
     """The client closed the connection before its request body arrived."""
+
+
+class BodyNotDrained(BodyTooLargeError):
+    """A body so far over the limit that the rest of it is left unread: the connection must close."""
 
 
 @dataclass
@@ -35,9 +42,9 @@ def json_reply(doc: Any, status: int = 200) -> Reply:
     return Reply(status, json.dumps(doc, separators=(",", ":")).encode(), [(b"content-type", b"application/json")])
 
 
-def error_reply(status: int, message: str) -> Reply:
+def error_reply(status: int, message: str, close: bool = False) -> Reply:
     reply = json_reply({"error": message}, status)
-    if status == BodyTooLargeError.status:  # the rest of the body is never read: the connection cannot be reused
+    if close:
         reply.headers.append((b"connection", b"close"))
     return reply
 
@@ -53,8 +60,9 @@ def header(scope: dict, name: bytes) -> str | None:
 async def read_body(scope: dict, receive: Receive, limit: int) -> bytes:
     """The request body, at most `limit` bytes after decoding (BodyTooLargeError beyond it)."""
     declared = header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLargeError(f"request body is {declared} bytes; the limit is {limit} (kiln serve --max-body-mb)")
+    size = int(declared) if declared is not None and declared.isdigit() else 0
+    if size > DRAIN_FACTOR * limit:
+        raise BodyNotDrained(f"request body is {declared} bytes; the limit is {limit} (kiln serve --max-body-mb)")
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -62,11 +70,15 @@ async def read_body(scope: dict, receive: Receive, limit: int) -> bytes:
             raise ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(f"request body exceeds the limit of {limit} bytes (kiln serve --max-body-mb)")
-        chunks.append(chunk)
+        if size > DRAIN_FACTOR * limit:
+            raise BodyNotDrained(f"request body exceeds the limit of {limit} bytes (kiln serve --max-body-mb)")
+        if size <= limit:
+            chunks.append(chunk)
         if not message.get("more_body", False):
-            return _decode(b"".join(chunks), header(scope, b"content-encoding"), limit)
+            break
+    if size > limit:
+        raise BodyTooLargeError(f"request body is {size} bytes; the limit is {limit} (kiln serve --max-body-mb)")
+    return _decode(b"".join(chunks), header(scope, b"content-encoding"), limit)
 
 
 def _decode(body: bytes, encoding: str | None, limit: int) -> bytes:

@@ -138,10 +138,19 @@ def test_routes_and_methods(conn, method, path, status, words):
     assert got == status and words in doc["error"], doc
 
 
-def test_body_over_the_limit_is_refused(server):
+def test_body_over_the_limit_is_refused_and_the_connection_still_serves(conn):
+    status, doc = _infer(conn, b"x" * ((1 << 20) + 1))
+    assert status == 413 and "the limit is 1048576" in doc["error"]
+
+
+def test_body_far_over_the_limit_closes_the_connection(server):
     c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    status, doc = _infer(c, b"x" * ((1 << 20) + 1))
-    assert status == 413 and "limit" in doc["error"]
+    c.putrequest("POST", "/v2/models/mlp/infer")
+    c.putheader("Content-Length", str(10 << 20))
+    c.endheaders()  # the body is never sent: the server answers from the declared length alone
+    response = c.getresponse()
+    assert response.status == 413 and response.getheader("connection") == "close"
+    assert "the limit is 1048576" in json.loads(response.read())["error"]
     c.close()
 
 
