@@ -144,21 +144,37 @@ def test_load_failure_names_the_problem(own_server, tmp_path):
     assert _index(conn)["broken"] == "UNAVAILABLE"
 
 
-def test_unload_while_loading_leaves_it_unloaded(tmp_path, compiled):
+def _hold_loads(monkeypatch) -> threading.Event:
+    """Loads wait for the returned event: a test sees a model while it is loading."""
+    from kiln.serve import model_store
+
+    release, load_model = threading.Event(), model_store.load_model
+
+    def held_load(source):
+        release.wait(60)
+        return load_model(source)
+    monkeypatch.setattr(model_store, "load_model", held_load)
+    return release
+
+
+def test_unload_while_loading_leaves_it_unloaded(tmp_path, compiled, monkeypatch):
     from kiln.serve.model_store import ModelStore, State
     from kiln.serve.repository import Repository
 
     shutil.copytree(compiled["mlp"], tmp_path / "mlp")
     dispatcher = ThreadDispatcher()
     store = ModelStore(Repository(tmp_path), dispatcher)
+    release = _hold_loads(monkeypatch)
     loading = store.load("mlp")
     store.unload("mlp")
+    release.set()
     loading.result(60)
     assert store.get("mlp").state is State.UNAVAILABLE and "mlp" not in dispatcher.models
 
 
 
-def test_loading_is_not_ready_and_a_reload_keeps_serving(own_server, tmp_path):
+def test_loading_is_not_ready_and_a_reload_keeps_serving(own_server, tmp_path, monkeypatch):
+    release = _hold_loads(monkeypatch)
     conn = http.client.HTTPConnection("127.0.0.1", own_server.port, timeout=120)
     (tmp_path / "fresh.onnx").write_bytes(tiny_mlp(batch=1).SerializeToString())
     loads = [own_server.store.load("fresh"), own_server.store.load("mlp")]
@@ -166,6 +182,7 @@ def test_loading_is_not_ready_and_a_reload_keeps_serving(own_server, tmp_path):
     assert status == 503 and "loading" in doc["error"]
     assert _request(conn, "GET", "/v2/health/ready")[0] == 503
     assert _infer(conn, GOOD)[0] == 200  # mlp is reloading: its old model answers meanwhile
+    release.set()
     for f in loads:
         f.result(120)
     assert _request(conn, "GET", "/v2/models/fresh/ready")[0] == 200
