@@ -1,4 +1,4 @@
-"""The `kiln` command: compile, run, bench, tune, show, quantize, demo.
+"""The `kiln` command: compile, run, bench, bench-serve, tune, show, quantize, demo, serve.
 
 User mistakes (bad file, unsupported op, wrong input) print the error message, not a traceback,
 and exit with status 2.
@@ -283,6 +283,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kiln.serve.server import serve
+
+    return serve(args.repo, args.host, args.port, args.scheduler, args.max_body_mb)
+
+
 def _add_pass_flags(p: argparse.ArgumentParser, note: str = "") -> None:
     p.add_argument("--pass-config", action="append", metavar="KEY=VALUE", help="set a graph pass option "
                    "(PassContext.config), e.g. pack_dense.nr=16; the value is read as an int, float, true/false or "
@@ -436,6 +442,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Build a small CNN from code (fixed-seed weights) and take it through "
                                    "every stage Kiln has, printing what each did.")
     d.set_defaults(fn=cmd_demo)
+
+    v = sub.add_parser("serve", help="serve a directory of models over HTTP (KServe v2, as Triton)",
+                       description="Serve every model of REPO (NAME.onnx, or NAME/ holding a compiled directory or "
+                                   "model.onnx, optionally in numeric version directories; settings in NAME.json "
+                                   "or NAME/config.json) with the KServe v2 HTTP protocol until SIGTERM.")
+    v.add_argument("repo", help="the model repository directory")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)")
+    v.add_argument("--scheduler", choices=("reef", "fifo"), default="reef", help="reef: real-time requests "
+                   "first, best-effort runs preempted for them (default); fifo: one queue, no priorities")
+    v.add_argument("--max-body-mb", type=float, default=64, help="largest request body in MiB (default 64)")
+    v.set_defaults(fn=cmd_serve)
     return p
 
 

@@ -107,6 +107,20 @@ class ServeError(KilnError):
     status = 400
 
 
+class RepositoryError(ServeError):
+    """A model repository entry Kiln cannot serve: a bad name, a missing model file, a bad config file."""
+
+
+class BodyTooLargeError(ServeError):
+    status = 413
+
+
+class ModelNotReadyError(ServeError):
+    """The model is known but cannot answer yet (still loading)."""
+
+    status = 503
+
+
 class UnknownModelError(ServeError):
     status = 404
 
