@@ -22,12 +22,9 @@ def read_cycles(row_pitch: int, pitch: int, kh: int, kw: int, stride: int, out_h
     oh, ow = np.divmod(np.arange(out_h * out_w), out_w)
     address = ((oh * stride + kh) * row_pitch + (ow * stride + kw)) * pitch
     groups = -(-address.size // rows)
-    bank = np.full(groups * rows, -1, dtype=np.int64)
-    bank[:address.size] = address % banks
-    bank = bank.reshape(groups, rows)
-    worst = np.ones(groups, dtype=np.int64)
-    for b in range(banks):
-        worst = np.maximum(worst, (bank == b).sum(axis=1))
+    group = np.arange(address.size) // rows
+    counts = np.bincount(group * banks + address % banks, minlength=groups * banks).reshape(groups, banks)
+    worst = counts.max(axis=1)
     cycles = int(worst.sum())
     return cycles, cycles - groups
 
@@ -39,12 +36,19 @@ def layout_conflicts(row_pitch: int, pitch: int, kernel: tuple[int, int], stride
                for kh in range(kernel[0]) for kw in range(kernel[1]))
 
 
+@functools.lru_cache(maxsize=1024)
 def conflict_free_layout(width: int, words: int, kernel: tuple[int, int], stride: int, out_h: int, out_w: int,
                          rows: int, banks: int) -> tuple[int, int]:
     """The (pitch, row_pitch) of a tile `width` pixels wide with `words` words per pixel whose matrix-unit
     reads meet no bank twice in a cycle, padding as little as possible; the fewest conflicts if none is free."""
-    candidates = [(layout_conflicts(width + pad, words + extra, kernel, stride, out_h, out_w, rows, banks),
-                   (width + pad) * (words + extra), words + extra, width + pad)
-                  for extra in range(banks) for pad in range(banks)]
-    _, _, pitch, row_pitch = min(candidates)
-    return pitch, row_pitch
+    layouts = sorted(((width + pad) * (words + extra), words + extra, width + pad)
+                     for extra in range(banks) for pad in range(banks))
+    best: tuple[int, int, int] | None = None
+    for _, pitch, row_pitch in layouts:
+        cost = layout_conflicts(row_pitch, pitch, kernel, stride, out_h, out_w, rows, banks)
+        if cost == 0:
+            return pitch, row_pitch
+        if best is None or cost < best[0]:
+            best = (cost, pitch, row_pitch)
+    assert best is not None
+    return best[1], best[2]

@@ -3,8 +3,8 @@
 The machine: a matrix unit that multiplies `rows` input vectors of `block_in` elements by a
 `block_in` x `block_out` weight block each cycle into `rows` x `block_out` accumulators; a vector
 unit of `vector_lanes` lanes; four on-chip buffers (inputs, weights, accumulators, ALU operands), the
-input buffer split in `banks` banks of one `block_in`-element word each (word address modulo `banks`); one DMA engine moving
-`dma_bytes_per_cycle` after `dma_latency` cycles per transfer; a clock of `clock_mhz`.
+input buffer split in `banks` banks of one `block_in`-element word each (word address modulo `banks`);
+one DMA engine moving `dma_bytes_per_cycle` after `dma_latency` cycles per transfer; a clock of `clock_mhz`.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ POOL_OPS = ("max", "avg")
 
 @dataclass(frozen=True)
 class Load:
-    """DMA from DRAM `tensor`'s region at `start` of `size` (4-d; parts outside the tensor read as zero and
-    move no bytes) into `buf` slot `slot`. An input tile is laid out with `pitch` words per pixel and
+    """DMA from DRAM `tensor`'s region at `start` of `size` (4-d; parts outside the tensor read as `fill`
+    and move no bytes) into `buf` slot `slot`. An input tile is laid out with `pitch` words per pixel and
     `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads."""
 
     buf: str
@@ -34,6 +34,7 @@ class Load:
     size: tuple[int, int, int, int]
     pitch: int = 0
     row_pitch: int = 0
+    fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
     unit = "load"
 
 

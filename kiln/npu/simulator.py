@@ -149,7 +149,7 @@ class _State:
             self.layouts[ins.slot] = (pitch, row_pitch)
         self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
         if self.functional:
-            tile = np.zeros(ins.size, dtype=src.dtype)
+            tile = np.full(ins.size, ins.fill, dtype=src.dtype)
             if inside:
                 region = tuple(slice(low, h) for low, h in zip(lo, hi))
                 dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
