@@ -15,7 +15,7 @@ from kiln.frontend.onnx import from_onnx
 from kiln.ir.module import IRModule, param_bytes
 from kiln.npu.config import NpuConfig
 from kiln.npu.executor import NpuExecutor
-from kiln.npu.lower_conv import Options
+from kiln.npu.lower_conv import ALL_ON, Options
 from kiln.npu.lower_step import TILINGS, lower_step
 from kiln.npu.placement import place, summary
 from kiln.target import Target
@@ -30,7 +30,7 @@ NPU_PASSES = [p for p in STANDARD[:STANDARD.index("alter-op-layout")]
 
 
 def build_npu(model: Any, target: Target, opt_level: int = 2, *, config: NpuConfig | None = None,
-              options: Options = Options(), tiling: str = "cost-model",
+              options: Options = ALL_ON, tiling: str = "cost-model",
               progress: Callable[[str], None] | None = None) -> CompiledModel:
     """`model` (an IRModule or an ONNX model / path / bytes) compiled for the simulated accelerator."""
     if tiling not in TILINGS:

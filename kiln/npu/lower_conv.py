@@ -30,6 +30,9 @@ class Options:
     conflict_free: bool = True
 
 
+ALL_ON = Options()
+
+
 def input_layout(spec: ConvSpec, tile: Tile, rows: int, config: NpuConfig, conflict_free: bool) -> tuple[int, int]:
     """(pitch, row_pitch) of the input tile of `rows` output rows: dense, or the conflict-free layout."""
     words = -(-min(tile.cin, spec.cin) // config.block_in)
@@ -40,7 +43,7 @@ def input_layout(spec: ConvSpec, tile: Tile, rows: int, config: NpuConfig, confl
 
 
 def lower_conv(name: str, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
-               epilogue: Sequence[EpilogueOp], config: NpuConfig, options: Options = Options()) -> Program:
+               epilogue: Sequence[EpilogueOp], config: NpuConfig, options: Options = ALL_ON) -> Program:
     """The program computing DRAM `tensors` = (input, weights, output) of `spec` with `epilogue` applied."""
     slots = 2 if options.double_buffer else 1
     aux_per_tile = sum(e.tensor is not None for e in epilogue)

@@ -11,14 +11,14 @@ from kiln.npu import tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
 from kiln.npu.kernel import NpuKernel
-from kiln.npu.lower_conv import Options, lower_conv
+from kiln.npu.lower_conv import ALL_ON, Options, lower_conv
 from kiln.npu.lower_vector import lower_pool
 from kiln.npu.placement import Step
 
 TILINGS = ("cost-model", "simple")
 
 
-def lower_step(step: Step, name: str, config: NpuConfig, options: Options = Options(),
+def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_ON,
                tiling_mode: str = "cost-model") -> NpuKernel:
     """The kernel of an accelerator step."""
     op = step.anchor.op.name

@@ -18,7 +18,8 @@ def pool_rows(spec: ConvSpec, channels: int, config: NpuConfig, slots: int) -> i
     """The most output rows per tile whose input rows and result fit the operand and accumulator slots."""
     for rows in range(spec.out_h, 0, -1):
         src = spec.in_rows(rows) * spec.in_cols * channels * spec.itemsize
-        if src <= config.aux_bytes // slots and rows * spec.out_w * channels * ACC_ITEMSIZE <= config.acc_bytes // slots:
+        acc = rows * spec.out_w * channels * ACC_ITEMSIZE
+        if src <= config.aux_bytes // slots and acc <= config.acc_bytes // slots:
             return rows
     raise NoTileFitsError(f"no row of pooling {spec} fits the accelerator's buffers ({config.to_json()})")
 

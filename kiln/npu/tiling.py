@@ -15,7 +15,7 @@ from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
-from kiln.npu.lower_conv import Options, input_layout
+from kiln.npu.lower_conv import ALL_ON, Options, input_layout
 
 ACC_ITEMSIZE = 4  # int32 or float32 accumulators
 
@@ -35,7 +35,7 @@ class TileCost:
     conflicts: int
 
 
-def candidates(spec: ConvSpec, config: NpuConfig, options: Options = Options(), operands: int = 0) -> list[Tile]:
+def candidates(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON, operands: int = 0) -> list[Tile]:
     """Tiles that fit the buffers: rows, output and input channels from a geometric ladder of each dim."""
     found = [Tile(r, co, ci) for r in _ladder(spec.out_h, 1) for co in _ladder(spec.cout, config.block_out)
              for ci in _ladder(spec.cin, config.block_in)]
@@ -66,7 +66,7 @@ def _fits(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options, opera
             and (operands == 0 or aux <= config.aux_bytes // (slots * operands)))
 
 
-def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = Options(),
+def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = ALL_ON,
             epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
     """The cost model: predicted cycles of `spec` lowered with `tile` (see the module doc)."""
     ci_tiles = -(-spec.cin // tile.cin)
@@ -111,7 +111,7 @@ def _inside_cols(spec: ConvSpec) -> int:
     return min(spec.in_cols, spec.w)
 
 
-def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = Options(),
+def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
               epilogue: tuple[EpilogueOp, ...] = ()) -> Tile:
     """The candidate the cost model predicts fastest (fewer DMA bytes break a tie)."""
     operands = sum(e.tensor is not None for e in epilogue)
@@ -119,7 +119,7 @@ def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = Options(),
     return min(costs, key=lambda c: (c.cycles, c.dma_bytes)).tile
 
 
-def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = Options(),
+def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
                 epilogue: tuple[EpilogueOp, ...] = ()) -> Tile:
     """The baseline: one block of input and output channels, as many output rows as fit."""
     operands = sum(e.tensor is not None for e in epilogue)
