@@ -33,6 +33,12 @@ class ConvSpec:
     stride: int
     pads: tuple[int, int, int, int]
     dtype: str = "float32"
+    depthwise: bool = False  # one filter per channel (cin == cout), weights (kh, kw, 1, cout): the vector unit's
+
+    @property
+    def weight_cin(self) -> int:
+        """Input channels per filter."""
+        return 1 if self.depthwise else self.cin
 
     @property
     def out_h(self) -> int:
@@ -44,7 +50,7 @@ class ConvSpec:
 
     @property
     def macs(self) -> int:
-        return self.n * self.out_h * self.out_w * self.cin * self.cout * self.kh * self.kw
+        return self.n * self.out_h * self.out_w * self.weight_cin * self.cout * self.kh * self.kw
 
     @property
     def itemsize(self) -> int:

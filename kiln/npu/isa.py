@@ -57,6 +57,23 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class DepthwiseMac:
+    """acc[acc_slot] (+)= window(inp[inp_slot], kh, kw, stride) * wgt[wgt_slot][kh, kw, 0] on the vector unit:
+    a depthwise convolution's kernel offset, one multiply-add per channel of each window pixel."""
+
+    inp_slot: int
+    wgt_slot: int
+    acc_slot: int
+    kh: int
+    kw: int
+    stride: int
+    out_h: int
+    out_w: int
+    reset: bool
+    unit = "compute"
+
+
+@dataclass(frozen=True)
 class Alu:
     """acc[acc_slot] = acc[acc_slot] `op` operand on the vector unit; the operand is the immediate `imm` or
     the tile in aux slot `aux_slot` (broadcast: a (1, 1, C) tile is one value per channel). `shr` is an
@@ -112,7 +129,7 @@ class Pop:
     frm: str
 
 
-Instruction = Load | Gemm | Alu | Pool | Store | Push | Pop
+Instruction = Load | Gemm | DepthwiseMac | Alu | Pool | Store | Push | Pop
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Tensorize-style lowering of a convolution (or dense layer) onto the matrix unit: the loop nest over
 images, output-channel tiles, output-row tiles and input-channel tiles becomes DMA loads, one GEMM per
 kernel offset, the vector-unit epilogue and a store per output tile, with the dependence tokens that
-let the load of step j+1 overlap the compute of step j when the buffers are double (two slots).
+let the load of step j+1 overlap the compute of step j when the buffers are double (two slots). A
+depthwise convolution takes the same loop nest with one channel tile in and out, its multiply-adds on
+the vector unit.
 
 Weights stay resident across the row tiles of an output-channel tile when one input-channel tile
 covers all of cin. Slot reuse is ordered by tokens: a load into a slot pops the compute unit's token
@@ -19,7 +21,7 @@ import numpy as np
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
-from kiln.npu.isa import Alu, Gemm, Instruction, Load, Pop, Program, Push, Store
+from kiln.npu.isa import Alu, DepthwiseMac, Gemm, Instruction, Load, Pop, Program, Push, Store
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,10 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
     pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
     acc_slot = q.tile % q.slots
     aux_base = (q.tile % q.slots) * aux_per_tile
-    ci_starts = range(0, spec.cin, tile.cin)
+    ci_starts = [co] if spec.depthwise else range(0, spec.cin, tile.cin)
+    mac = DepthwiseMac if spec.depthwise else Gemm
     for k, ci in enumerate(ci_starts):
-        cin = min(tile.cin, spec.cin - ci)
+        cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
         slot = q.step % q.slots
         if q.step >= q.slots:
             q.out.append(Pop("load", "compute"))
@@ -89,7 +92,8 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         resident = len(ci_starts) == 1
         if not resident or q.weights_for != (n, co):
             q.wgt_slot = q.weight_tiles % q.slots if resident else slot
-            q.out.append(Load("wgt", q.wgt_slot, wgt, (0, 0, ci, co), (spec.kh, spec.kw, cin, cout)))
+            q.out.append(Load("wgt", q.wgt_slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
+                              (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout)))
             q.weights_for = (n, co) if resident else None
             q.weight_tiles += 1
         if k == 0:
@@ -98,7 +102,7 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         q.out.append(Pop("compute", "load"))
         if k == 0 and q.tile >= q.slots:
             q.out.append(Pop("compute", "store"))
-        q.out += [Gemm(slot, q.wgt_slot, acc_slot, i, j, spec.stride, rows, spec.out_w, k == 0 and i == j == 0)
+        q.out += [mac(slot, q.wgt_slot, acc_slot, i, j, spec.stride, rows, spec.out_w, k == 0 and i == j == 0)
                   for i in range(spec.kh) for j in range(spec.kw)]
         if k == len(ci_starts) - 1:
             q.out += _epilogue(epilogue, acc_slot, aux_base)

@@ -22,14 +22,15 @@ def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_
                tiling_mode: str = "cost-model") -> NpuKernel:
     """The kernel of an accelerator step."""
     op = step.anchor.op.name
-    if op in ("nn.max_pool", "nn.average_pool"):
+    if op in ("nn.max_pool", "nn.average_pool", "nn.global_average_pool"):
         return _pool(step.anchor, name, config, options)
     spec, constants = _conv(step.anchor) if op == "nn.conv" else _dense(step.anchor)
     epilogue, operands = _epilogue(step, constants)
     choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
     tile = choose(spec, config, options, tuple(epilogue))
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
-    return NpuKernel(name, "conv" if op == "nn.conv" else "dense", program, spec, tile, constants,
+    kind = "dense" if op == "linalg.gemm" else "depthwise" if spec.depthwise else "conv"
+    return NpuKernel(name, kind, program, spec, tile, constants,
                      {"inp": step.anchor.args[0], **operands}, (spec.n, spec.out_h, spec.out_w, spec.cout))
 
 
@@ -39,7 +40,8 @@ def _conv(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:
     cout, _, kh, kw = weights.shape
     stride = (call.attrs.strides or (1, 1))[0]
     pads = tuple(call.attrs.pads or (0, 0, 0, 0))
-    spec = ConvSpec(n, h, w, cin, cout, kh, kw, stride, (pads[0], pads[1], pads[2], pads[3]))
+    spec = ConvSpec(n, h, w, cin, cout, kh, kw, stride, (pads[0], pads[1], pads[2], pads[3]),
+                    depthwise=call.attrs.group > 1)
     constants = {"wgt": np.ascontiguousarray(weights.transpose(2, 3, 1, 0))}
     if len(call.args) > 2 and isinstance(call.args[2], Constant):
         constants["bias"] = call.args[2].data.reshape(1, 1, 1, cout)
@@ -76,9 +78,10 @@ def _epilogue(step: Step, constants: dict[str, np.ndarray]) -> tuple[list[Epilog
 
 def _pool(call: Call, name: str, config: NpuConfig, options: Options) -> NpuKernel:
     n, c, h, w = call.args[0].type.shape
-    kh, kw = call.attrs.kernel_shape
-    stride = (call.attrs.strides or (1, 1))[0]
-    pads = tuple(call.attrs.pads or (0, 0, 0, 0))
+    whole = call.op.name == "nn.global_average_pool"
+    kh, kw = (h, w) if whole else call.attrs.kernel_shape
+    stride = 1 if whole else (call.attrs.strides or (1, 1))[0]
+    pads = (0, 0, 0, 0) if whole else tuple(call.attrs.pads or (0, 0, 0, 0))
     spec = ConvSpec(n, h, w, c, c, kh, kw, stride, (pads[0], pads[1], pads[2], pads[3]))
     op = "max" if call.op.name == "nn.max_pool" else "avg"
     program = lower_pool(name, op, spec, ("inp", "out"), config, options.double_buffer)

@@ -1,8 +1,8 @@
 """Op-to-device mapping by rule: which calls of a model run on the accelerator, with which vector-unit
 epilogue fused behind them, and which stay on the CPU.
 
-The accelerator runs 2-d convolutions (one group, no dilation), dense layers (linalg.gemm against a
-constant weight) and max/average pooling on float32 tensors of static shape. Behind a convolution or
+The accelerator runs 2-d convolutions (one group, or depthwise; no dilation), dense layers (linalg.gemm against a
+constant weight) and max/average/global average pooling on float32 tensors of static shape. Behind a convolution or
 dense layer it absorbs a chain of single-user elementwise calls: multiplication or addition by a
 per-channel or scalar constant, addition of another tensor of the output's shape (a residual), relu,
 and clip by constants. Everything else is a CPU step. A fused step is placed where its last call
@@ -21,7 +21,7 @@ from kiln.ir.expr import Call, Constant, Expr, Function, children
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order
 
-ACCELERATED = ("nn.conv", "linalg.gemm", "nn.max_pool", "nn.average_pool")
+ACCELERATED = ("nn.conv", "linalg.gemm", "nn.max_pool", "nn.average_pool", "nn.global_average_pool")
 
 
 @dataclass
@@ -51,7 +51,7 @@ def place(fn: Function) -> list[Step]:
         if id(call) in absorbed or not _runs_on_npu(call):
             continue
         step = Step("npu", [call])
-        if call.op.name in ("nn.conv", "linalg.gemm"):
+        if call.op.name in ("nn.conv", "linalg.gemm"):  # pooling has no accumulators to fuse into
             _absorb_epilogue(step, users, absorbed)
         absorbed.update(id(c) for c in step.calls)
         fused[id(step.result)] = step
@@ -85,9 +85,14 @@ def _runs_on_npu(call: Call) -> bool:
             _static_float(a.type) for a in call.args if not (isinstance(a, tuple) and not a)):
         return False
     attrs = call.attrs
+    if name == "nn.global_average_pool":
+        return len(call.type.shape) == 4
     if name == "nn.conv":
         strides = attrs.strides or (1, 1)
-        return (len(call.type.shape) == 4 and len(set(strides)) == 1 and attrs.group == 1 and attrs.auto_pad == "NOTSET"
+        channels = call.args[0].type.shape[1]
+        depthwise = attrs.group == channels == call.type.shape[1]
+        return (len(call.type.shape) == 4 and len(set(strides)) == 1 and attrs.group in (1, depthwise and channels)
+                and attrs.auto_pad == "NOTSET"
                 and not any(d != 1 for d in attrs.dilations or ()) and isinstance(call.args[1], Constant))
     if name == "linalg.gemm":
         return (attrs.alpha == 1.0 and attrs.beta == 1.0 and attrs.transA == 0 and len(call.args) >= 2

@@ -18,7 +18,7 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import CHANNELS, UNITS, Alu, Gemm, Instruction, Load, Pool, Pop, Program, Push, Store
+from kiln.npu.isa import CHANNELS, UNITS, Alu, DepthwiseMac, Gemm, Instruction, Load, Pool, Pop, Program, Push, Store
 
 
 class NpuProgramError(KilnError):
@@ -118,6 +118,8 @@ class _State:
             return self._load(ins)
         if isinstance(ins, Gemm):
             return self._gemm(ins)
+        if isinstance(ins, DepthwiseMac):
+            return self._depthwise(ins)
         if isinstance(ins, Alu):
             return self._alu(ins)
         if isinstance(ins, Pool):
@@ -180,6 +182,21 @@ class _State:
         self.stats.gemm_cycles += cycles * blocks
         self.stats.macs += ins.out_h * ins.out_w * cin * cout
         return cycles * blocks
+
+    def _depthwise(self, ins: DepthwiseMac) -> int:
+        channels = self.shapes[("wgt", ins.wgt_slot)][3]
+        self.shapes[("acc", ins.acc_slot)] = (ins.out_h, ins.out_w, channels)
+        self._check_fits("acc", ins.out_h * ins.out_w * channels * self.acc_dtype.itemsize, "an accumulator tile")
+        if self.functional:
+            inp = self.tiles[("inp", ins.inp_slot)]
+            window = inp[ins.kh:ins.kh + ins.stride * (ins.out_h - 1) + 1:ins.stride,
+                         ins.kw:ins.kw + ins.stride * (ins.out_w - 1) + 1:ins.stride]
+            product = window.astype(self.acc_dtype) * self.tiles[("wgt", ins.wgt_slot)][ins.kh, ins.kw, 0].astype(
+                self.acc_dtype)
+            key = ("acc", ins.acc_slot)
+            self.tiles[key] = product if ins.reset else self.tiles[key] + product
+        self.stats.macs += ins.out_h * ins.out_w * channels
+        return self._vector_cycles(ins.out_h * ins.out_w * channels)
 
     def _alu(self, ins: Alu) -> int:
         key = ("acc", ins.acc_slot)

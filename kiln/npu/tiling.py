@@ -37,8 +37,9 @@ class TileCost:
 
 def candidates(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON, operands: int = 0) -> list[Tile]:
     """Tiles that fit the buffers: rows, output and input channels from a geometric ladder of each dim."""
-    found = [Tile(r, co, ci) for r in _ladder(spec.out_h, 1) for co in _ladder(spec.cout, config.block_out)
-             for ci in _ladder(spec.cin, config.block_in)]
+    found = [Tile(r, co, co if spec.depthwise else ci) for r in _ladder(spec.out_h, 1)
+             for co in _ladder(spec.cout, config.block_out)
+             for ci in ([0] if spec.depthwise else _ladder(spec.cin, config.block_in))]
     fits = [t for t in found if _fits(spec, t, config, options, operands)]
     if not fits:
         raise NoTileFitsError(f"no tile of {spec} fits the accelerator's buffers ({config.to_json()})")
@@ -59,7 +60,7 @@ def _fits(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options, opera
     rows = min(tile.rows, spec.out_h)
     pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
     inp = spec.in_rows(rows) * row_pitch * pitch * config.block_in * spec.itemsize
-    wgt = spec.kh * spec.kw * min(tile.cin, spec.cin) * min(tile.cout, spec.cout) * spec.itemsize
+    wgt = spec.kh * spec.kw * min(tile.cin, spec.weight_cin) * min(tile.cout, spec.cout) * spec.itemsize
     acc = rows * spec.out_w * min(tile.cout, spec.cout) * ACC_ITEMSIZE
     aux = rows * spec.out_w * min(tile.cout, spec.cout) * spec.itemsize
     return (inp <= config.inp_bytes // slots and wgt <= config.wgt_bytes // slots and acc <= config.acc_bytes // slots
@@ -69,19 +70,15 @@ def _fits(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options, opera
 def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = ALL_ON,
             epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
     """The cost model: predicted cycles of `spec` lowered with `tile` (see the module doc)."""
-    ci_tiles = -(-spec.cin // tile.cin)
+    ci_tiles = 1 if spec.depthwise else -(-spec.cin // tile.cin)
     row_tiles = -(-spec.out_h // tile.rows)
     co_tiles = -(-spec.cout // tile.cout)
     rows = min(tile.rows, spec.out_h)
     cout, cin = min(tile.cout, spec.cout), min(tile.cin, spec.cin)
     pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
-    passes = [banks.read_cycles(row_pitch, pitch, i, j, spec.stride, rows, spec.out_w, config.rows, config.banks)
-              for i in range(spec.kh) for j in range(spec.kw)]
-    blocks = -(-cin // config.block_in) * -(-cout // config.block_out)
-    gemm = sum(c for c, _ in passes) * blocks
-    conflicts = sum(k for _, k in passes) * blocks
+    gemm, conflicts = _mac_cycles(spec, rows, cin, cout, pitch, row_pitch, config)
     inp_bytes = _inside_rows(spec, rows) * _inside_cols(spec) * cin * spec.itemsize
-    wgt_bytes = spec.kh * spec.kw * cin * cout * spec.itemsize
+    wgt_bytes = spec.kh * spec.kw * min(cin, spec.weight_cin) * cout * spec.itemsize
     out_bytes = rows * spec.out_w * cout * spec.itemsize
     operand_bytes = sum(cout * spec.itemsize if e.per_channel else out_bytes for e in epilogue if e.tensor)
     resident = ci_tiles == 1
@@ -100,6 +97,17 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
     dma = tiles * (ci_tiles * (inp_bytes + (0 if resident else wgt_bytes)) + out_bytes + operand_bytes)
     dma += spec.n * co_tiles * wgt_bytes if resident else 0
     return TileCost(tile, cycles, dma, tiles * per_tile_compute, tiles * ci_tiles * conflicts)
+
+
+def _mac_cycles(spec: ConvSpec, rows: int, cin: int, cout: int, pitch: int, row_pitch: int,
+                config: NpuConfig) -> tuple[int, int]:
+    """(cycles, conflict cycles) of one step's multiply-adds: the matrix unit's passes, or the vector unit's."""
+    if spec.depthwise:
+        return spec.kh * spec.kw * -(-rows * spec.out_w * cout // config.vector_lanes), 0
+    passes = [banks.read_cycles(row_pitch, pitch, i, j, spec.stride, rows, spec.out_w, config.rows, config.banks)
+              for i in range(spec.kh) for j in range(spec.kw)]
+    blocks = -(-cin // config.block_in) * -(-cout // config.block_out)
+    return sum(c for c, _ in passes) * blocks, sum(k for _, k in passes) * blocks
 
 
 def _inside_rows(spec: ConvSpec, rows: int) -> int:
@@ -123,7 +131,8 @@ def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
                 epilogue: tuple[EpilogueOp, ...] = ()) -> Tile:
     """The baseline: one block of input and output channels, as many output rows as fit."""
     operands = sum(e.tensor is not None for e in epilogue)
-    cout, cin = min(spec.cout, config.block_out), min(spec.cin, config.block_in)
+    cout = min(spec.cout, config.block_out)
+    cin = cout if spec.depthwise else min(spec.cin, config.block_in)
     for rows in range(spec.out_h, 0, -1):
         tile = Tile(rows, cout, cin)
         if _fits(spec, tile, config, options, operands):
