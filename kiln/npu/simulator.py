@@ -35,6 +35,7 @@ class SimStats:
     gemm_cycles: int = 0
     macs: int = 0
     dma_bytes: int = 0
+    stored_bytes: int = 0  # of dma_bytes, those the store unit's DMA port wrote back
     conflicts: int = 0
     instructions: int = 0
 
@@ -47,6 +48,7 @@ class SimStats:
         self.gemm_cycles += other.gemm_cycles
         self.macs += other.macs
         self.dma_bytes += other.dma_bytes
+        self.stored_bytes += other.stored_bytes
         self.conflicts += other.conflicts
         self.instructions += other.instructions
 
@@ -230,6 +232,7 @@ class _State:
             dst[region] = _cast(tile, dst.dtype)
         nbytes = int(np.prod(ins.size)) * dst.dtype.itemsize
         self.stats.dma_bytes += nbytes
+        self.stats.stored_bytes += nbytes
         return self.config.dma_cycles(nbytes)
 
 
