@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from kiln.ir.expr import Call, Constant, Expr, Function, children
+from kiln.ir.expr import Call, Constant, Expr, Function, TupleGetItem, children
 from kiln.ir.types import TensorType
 from kiln.ir.visitor import post_order
 
@@ -26,10 +27,11 @@ ACCELERATED = ("nn.conv", "linalg.gemm", "nn.max_pool", "nn.average_pool", "nn.g
 
 @dataclass
 class Step:
-    """One unit of work: `calls` (the anchor first, then its fused epilogue) on `device`."""
+    """One unit of work: `calls` (the anchor first, then its fused epilogue; a max pool's is the
+    TupleGetItem of its values, its unused indices never computed) on `device`."""
 
     device: str  # "npu" or "cpu"
-    calls: list[Call]
+    calls: list[Any]
     epilogue: list[tuple[str, Expr | float]] = field(default_factory=list)  # (op, operand) behind the anchor
 
     @property
@@ -37,30 +39,33 @@ class Step:
         return self.calls[0]
 
     @property
-    def result(self) -> Call:
+    def result(self) -> Expr:
         return self.calls[-1]
 
 
 def place(fn: Function) -> list[Step]:
     """The steps of `fn`'s body in an order that computes each value before its first use."""
-    order = [e for e in post_order(fn.body) if isinstance(e, Call)]
+    nodes = post_order(fn.body)
+    order = [e for e in nodes if isinstance(e, Call)]
     users = _users(fn.body)
     fused: dict[int, Step] = {}
     absorbed: set[int] = set()
     for call in order:
-        if id(call) in absorbed or not _runs_on_npu(call):
+        if id(call) in absorbed or not _runs_on_npu(call, users):
             continue
         step = Step("npu", [call])
-        if call.op.name in ("nn.conv", "linalg.gemm"):  # pooling has no accumulators to fuse into
+        if call.op.name == "nn.max_pool":
+            step.calls.append(users[id(call)][0])
+        elif call.op.name in ("nn.conv", "linalg.gemm"):  # pooling has no accumulators to fuse into
             _absorb_epilogue(step, users, absorbed)
         absorbed.update(id(c) for c in step.calls)
         fused[id(step.result)] = step
     steps = []
-    for call in order:
-        if id(call) in fused:
-            steps.append(fused[id(call)])
-        elif id(call) not in absorbed:
-            steps.append(Step("cpu", [call]))
+    for e in nodes:
+        if id(e) in fused:
+            steps.append(fused[id(e)])
+        elif isinstance(e, Call) and id(e) not in absorbed:
+            steps.append(Step("cpu", [e]))
     return steps
 
 
@@ -78,10 +83,16 @@ def _static_float(t: object) -> bool:
     return isinstance(t, TensorType) and t.is_static and t.dtype == "float32"
 
 
-def _runs_on_npu(call: Call) -> bool:
+def _runs_on_npu(call: Call, users: dict[int, list[Expr]]) -> bool:
     """The rule table: whether the accelerator runs `call` (see the module doc)."""
     name = getattr(call.op, "name", None)
-    if name not in ACCELERATED or not _static_float(call.type) or not all(
+    out = call.type
+    if name == "nn.max_pool":  # (values, indices): only when nothing reads the indices
+        readers = users.get(id(call), [])
+        if len(readers) != 1 or not isinstance(readers[0], TupleGetItem) or readers[0].index != 0:
+            return False
+        out = call.type.fields[0]
+    if name not in ACCELERATED or not _static_float(out) or not all(
             _static_float(a.type) for a in call.args if not (isinstance(a, tuple) and not a)):
         return False
     attrs = call.attrs
@@ -99,7 +110,7 @@ def _runs_on_npu(call: Call) -> bool:
                 and isinstance(call.args[1], Constant) and all(isinstance(a, Constant) for a in call.args[2:])
                 and (len(call.args) < 3 or call.args[2].data.ndim <= 1))
     strides = attrs.strides or (1, 1)
-    return (len(call.type.shape) == 4 and len(set(strides)) == 1 and attrs.auto_pad == "NOTSET" and not attrs.ceil_mode
+    return (len(out.shape) == 4 and len(set(strides)) == 1 and attrs.auto_pad == "NOTSET" and not attrs.ceil_mode
             and not any(d != 1 for d in getattr(attrs, "dilations", None) or ())
             and (name == "nn.max_pool" or getattr(attrs, "count_include_pad", 0) or not any(attrs.pads or ())))
 
