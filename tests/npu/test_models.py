@@ -129,8 +129,8 @@ def test_kiln_run_and_bench_on_npu_sim_print_the_report(tmp_path, capsys):
     assert "probs: shape=(1, 10)" in out and "matrix unit on compute-bound layers" in out
     assert main(["bench", str(path), "--target", "npu-sim", "--runs", "1"]) == 0
     assert "max |diff| vs interpreter" in capsys.readouterr().out
-    with pytest.raises(KilnError, match="takes npu-sim"):
-        main(["bench", str(path), "--target", "c"])
+    assert main(["bench", str(path), "--target", "c"]) != 0
+    assert "takes npu-sim" in capsys.readouterr().err
 
 
 def test_report_without_a_run_is_an_error():
