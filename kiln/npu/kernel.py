@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.ir.expr import Expr
-from kiln.npu.conv_spec import ConvSpec, Tile
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.isa import Program
 
 
@@ -25,6 +25,7 @@ class NpuKernel:
     constants: dict[str, np.ndarray]
     operands: dict[str, Expr]
     out_shape: tuple[int, int, int, int]
+    epilogue: tuple[EpilogueOp, ...] = ()
 
     def dram(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The DRAM tensors of one run: the constants, the operands' values and a fresh output."""

@@ -31,7 +31,8 @@ def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
     kind = "dense" if op == "linalg.gemm" else "depthwise" if spec.depthwise else "conv"
     return NpuKernel(name, kind, program, spec, tile, constants,
-                     {"inp": step.anchor.args[0], **operands}, (spec.n, spec.out_h, spec.out_w, spec.cout))
+                     {"inp": step.anchor.args[0], **operands}, (spec.n, spec.out_h, spec.out_w, spec.cout),
+                     tuple(epilogue))
 
 
 def _conv(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:
