@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import Tile
+from kiln.npu.cost_model import predict
 from kiln.npu.effects import timed
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.lower_conv import lower_conv
-from kiln.npu.tiling import candidates, predict
+from kiln.npu.tiling import candidates
 
 
 @dataclass(frozen=True)

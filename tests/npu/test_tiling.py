@@ -6,9 +6,10 @@ import pytest
 
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec
+from kiln.npu.cost_model import predict
 from kiln.npu.lower_conv import lower_conv
 from kiln.npu.simulator import Simulator
-from kiln.npu.tiling import NoTileFitsError, candidates, predict, simple_tile
+from kiln.npu.tiling import NoTileFitsError, candidates, simple_tile
 
 LAYERS = [ConvSpec(1, 28, 28, 32, 32, 3, 3, 1, (1, 1, 1, 1)), ConvSpec(1, 14, 14, 64, 128, 1, 1, 2, (0, 0, 0, 0)),
           ConvSpec(1, 14, 14, 64, 64, 3, 3, 1, (1, 1, 1, 1)), ConvSpec(1, 7, 7, 128, 128, 3, 3, 1, (1, 1, 1, 1)),
