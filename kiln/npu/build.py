@@ -4,13 +4,15 @@ tiled and lowered to a program. The result is a CompiledModel whose runner is an
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kiln.compiler.compiled_model import CompiledModel
 from kiln.compiler.report import BuildReport
-from kiln.errors import KilnError
+from kiln.errors import ArtifactError, KilnError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir.module import IRModule, param_bytes
 from kiln.npu.config import NpuConfig
@@ -52,7 +54,16 @@ def build_npu(model: Any, target: Target, opt_level: int = 2, *, config: NpuConf
     report.add("lower", time.perf_counter() - t0, f"{where['npu']} accelerator kernel(s), {where['cpu']} CPU "
                f"step(s), {sum(len(k.program.instructions) for k in kernels if k)} instructions", progress)
     runner = NpuExecutor(mod, list(zip(steps, kernels)), config)
-    return CompiledModel(mod, "npu", runner, opt_level, target=target, report=report)  # type: ignore[arg-type]
+    return NpuModel(mod, "npu", runner, opt_level, target=target, report=report)  # type: ignore[arg-type]
+
+
+class NpuModel(CompiledModel):
+    """A model built for the simulated accelerator: it runs in this process, on the simulator."""
+
+    def export(self, directory: str | os.PathLike) -> Path:
+        raise ArtifactError(f"cannot save a model built for npu-sim to {directory}: its programs run on the "
+                            "simulator in this process; run it with `kiln run/bench MODEL --target npu-sim` or "
+                            "kiln.InferenceSession(model, target='npu-sim')")
 
 
 def _imported(model: Any, report: BuildReport, progress: Callable[[str], None] | None) -> IRModule:

@@ -8,7 +8,7 @@ import pytest
 
 import kiln
 from kiln.cli import main
-from kiln.errors import KilnError
+from kiln.errors import ArtifactError, KilnError
 from kiln.ir import Constant, Function, IRModule, TupleGetItem, Var
 from kiln.ir.types import TensorType
 from kiln.models import mobilenet_v2, resnet18, small_cnn
@@ -136,3 +136,8 @@ def test_kiln_run_and_bench_on_npu_sim_print_the_report(tmp_path, capsys):
 def test_report_without_a_run_is_an_error():
     with pytest.raises(KilnError, match="no run on the simulated accelerator"):
         run_report(kiln.build(small_cnn(batch=1), "npu-sim"))
+
+
+def test_saving_a_model_built_for_npu_sim_is_refused_with_the_way_to_run_it(tmp_path):
+    with pytest.raises(ArtifactError, match="kiln run/bench MODEL --target npu-sim"):
+        kiln.build(small_cnn(batch=1), "npu-sim").export(tmp_path / "m")
