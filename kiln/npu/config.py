@@ -30,7 +30,7 @@ class NpuConfig:
     rows: int = 4
     block_in: int = 16
     block_out: int = 16
-    vector_lanes: int = 16
+    vector_lanes: int = 64  # rows x block_out: the vector unit keeps up with the matrix unit's output rate
     inp_bytes: int = 256 << 10
     wgt_bytes: int = 512 << 10
     acc_bytes: int = 256 << 10

@@ -62,10 +62,13 @@ def _dense(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:
 
 
 def _epilogue(step: Step, constants: dict[str, np.ndarray]) -> tuple[list[EpilogueOp], dict[str, Expr]]:
-    """The vector-unit ops behind the anchor (a bias first), and the model values they read."""
+    """The vector-unit ops behind the anchor, and the model values they read. The leading chain of
+    multiplications and additions by constants (a batch norm) is folded into the weights and one bias,
+    so the vector unit adds once where it would have scaled and shifted."""
+    rest = _fold_affine(step.epilogue, constants)
     ops = [EpilogueOp("add", tensor="bias", per_channel=True)] if "bias" in constants else []
     operands: dict[str, Expr] = {}
-    for k, (op, operand) in enumerate(step.epilogue):
+    for k, (op, operand) in enumerate(rest):
         if isinstance(operand, float):
             ops.append(EpilogueOp(op, imm=operand))
         elif isinstance(operand, Constant):
@@ -75,6 +78,29 @@ def _epilogue(step: Step, constants: dict[str, np.ndarray]) -> tuple[list[Epilog
             operands[f"r{k}"] = operand
             ops.append(EpilogueOp(op, tensor=f"r{k}"))
     return ops, operands
+
+
+def _fold_affine(epilogue: list[tuple[str, Expr | float]],
+                 constants: dict[str, np.ndarray]) -> list[tuple[str, Expr | float]]:
+    """Fold the leading constant mul/add ops into constants["wgt"] (scaled per output channel) and
+    constants["bias"]: (x @ w + b) * s + a == x @ (w * s) + (b * s + a). The ops left over."""
+    cout = constants["wgt"].shape[-1]
+    scale = np.ones(cout, np.float32)
+    bias = constants["bias"].reshape(-1).copy() if "bias" in constants else np.zeros(cout, np.float32)
+    folded = 0
+    for op, operand in epilogue:
+        if op not in ("mul", "add") or not isinstance(operand, (float, Constant)):
+            break
+        value = np.float32(operand) if isinstance(operand, float) else operand.data.reshape(-1).astype(np.float32)
+        if op == "mul":
+            scale, bias = scale * value, bias * value
+        else:
+            bias = bias + value
+        folded += 1
+    if folded:
+        constants["wgt"] = (constants["wgt"] * scale).astype(np.float32)
+        constants["bias"] = bias.reshape(1, 1, 1, -1).astype(np.float32)
+    return epilogue[folded:]
 
 
 def _pool(call: Call, name: str, config: NpuConfig, options: Options) -> NpuKernel:
