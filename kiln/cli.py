@@ -89,9 +89,29 @@ def _runner(args: argparse.Namespace):
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     passes = _pass_options(args)  # after the compiled case: checking pass names imports the compiler's passes
     mod = kiln.from_onnx(args.model)
+    if args.target is not None:
+        built = kiln.build(mod, args.target, records=args.records, **passes)
+        return mod, list(mod.output_names), _with_report(built)
     compiled = args.executor == "compiled" or args.records or tweaked  # these only mean something compiled
     run = kiln.build(mod, records=args.records, **passes).run if compiled else functools.partial(kiln.evaluate, mod)
     return mod, list(mod.output_names), run
+
+
+def _with_report(model: Any) -> Any:
+    """`model.run`, followed on the simulated accelerator by its report (cycles, utilization, effects)."""
+    if model.executor != "npu":
+        return model.run
+
+    def run(feeds: dict[str, Any]) -> list[Any]:
+        import time
+
+        from kiln.npu.run_report import run_report
+
+        t0 = time.perf_counter()
+        outs = model.run(feeds)
+        print("\n".join(run_report(model, time.perf_counter() - t0)))
+        return outs
+    return run
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -249,6 +269,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.bench import bench
 
+    if args.target is not None:
+        from kiln.npu.bench import npu_bench
+
+        npu_bench(args.model, args.target, _parse_dims(args.dim), args.runs, args.opt_level, args.seed)
+        return 0
     bench(args.model, _parse_dims(args.dim), args.threads, args.runs, args.warmup, args.opt_level, args.seed,
           records=args.records, burst=args.burst, build_options=_pass_options(args))
     return 0
@@ -343,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--records", metavar="FILE", help="compile with the best configs of a `kiln tune` log "
                    "(implies --executor compiled)")
+    r.add_argument("--target", metavar="STRING", default=None, help="compile for this target first (kiln.Target; "
+                   "npu-sim: the simulated accelerator, whose report follows the outputs)")
     _add_pass_flags(r, " (implies --executor compiled)")
     r.set_defaults(fn=cmd_run)
 
@@ -362,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     b.add_argument("--records", metavar="FILE", help="also time Kiln built with the best configs of a "
                    "`kiln tune` log, next to the untuned build")
+    b.add_argument("--target", metavar="STRING", default=None, help="npu-sim: run on the simulated accelerator "
+                   "and report its cycles per kernel, utilization and the effect of each optimization")
     _add_pass_flags(b)
     b.set_defaults(fn=cmd_bench)
 

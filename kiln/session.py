@@ -59,10 +59,11 @@ def _node_arg(t: TensorInfo) -> NodeArg:
 class InferenceSession:
     def __init__(self, path_or_model: Any, opt_level: int = 2, threads: int | None = None, *,
                  executor: str = "auto", memory_limit: int | None = None, memory_strategy: str | None = None,
-                 verify_weights: bool = True):
+                 verify_weights: bool = True, target: Target | str | None = None):
         """`memory_strategy` ("arena" or "counted", see kiln.build) builds the model with it; for a model
         built or saved already it must be the one it was built with (None: whichever that is).
-        `verify_weights`: see `load`."""
+        `verify_weights`: see `load`. `target`: what a model compiled here is built for (kiln.build's;
+        "npu-sim" is the simulated accelerator, kiln.npu); None is this machine."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise KilnError(f"threads must be a positive integer, got {threads!r}")
         if isinstance(path_or_model, Model):
@@ -73,8 +74,8 @@ class InferenceSession:
         else:
             from kiln.compiler import build  # the compiler is imported only when a session compiles
 
-            self.model = build(path_or_model, opt_level=opt_level, executor=executor, memory_limit=memory_limit,
-                               memory_strategy=memory_strategy or "arena")
+            self.model = build(path_or_model, target, opt_level=opt_level, executor=executor,
+                               memory_limit=memory_limit, memory_strategy=memory_strategy or "arena")
         _check_strategy(self.model, memory_strategy)
         self.threads = threads or default_threads(self.model.target)
         self.partition: Partition | None = None

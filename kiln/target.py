@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kiln.errors import CompileError, CompilerNotFoundError, KilnError
 
-KINDS = ("c",)
+KINDS = ("c", "npu-sim")  # npu-sim: the simulated accelerator (kiln.npu), its default configuration
 # Instruction-set extensions (as /proc/cpuinfo names them) that generated code may use.
 ISA_FEATURES = frozenset(
     "sse sse2 pni ssse3 sse4_1 sse4_2 popcnt abm movbe aes pclmulqdq avx avx2 fma f16c bmi1 bmi2 adx "

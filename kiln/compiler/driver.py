@@ -81,6 +81,11 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     if not isinstance(memory_order_budget, (int, float)) or memory_order_budget < 0:
         raise KilnError(f"memory_order_budget must be a non-negative number of seconds, got {memory_order_budget!r}")
     memory = _Memory(memory_limit, memory_strategy, float(memory_order_budget))
+    if Target.parse(target).kind == "npu-sim":
+        from kiln.npu.build import build_npu  # the accelerator's compiler path, imported when asked for
+
+        with sizes.memory_limit(memory_limit):
+            return build_npu(model, Target.parse(target), opt_level, progress=progress)
     with sizes.memory_limit(memory_limit):
         compiled = _build(model, Target.parse(target), opt_level, executor, progress, records, pass_config,
                           disabled_passes, required_passes, memory)

@@ -1,0 +1,110 @@
+"""The tiling cost model: a tile's cycles predicted from its DMA bytes, its compute cycles (bank
+conflicts included) and the pipeline the lowering builds, without emitting or simulating a single
+instruction.
+
+Per step (one input-channel tile of one output tile) it takes the load unit's DMA cycles (input rows
+inside the image, weights when they are not resident, the epilogue's operands at an output tile's
+first step), the compute unit's cycles (matrix-unit passes from the bank model, or the vector unit's,
+plus the epilogue at the tile's last step) and per output tile the store's DMA cycles; then it runs
+the three-stage pipeline with the lowering's slots: a load waits for the compute of the step `slots`
+back, a tile's first compute for its load and for the store of the tile `slots` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiln.npu import banks
+from kiln.npu.config import NpuConfig
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
+from kiln.npu.lower_conv import ALL_ON, Options, input_layout
+
+TOKEN_CYCLES = 1  # a Push or a Pop
+
+
+@dataclass(frozen=True)
+class TileCost:
+    """The cost model's prediction for one tile."""
+
+    tile: Tile
+    cycles: int
+    dma_bytes: int
+    compute_cycles: int
+    conflicts: int
+
+
+@dataclass
+class _Pipeline:
+    """The three units' clocks and the finish times the slots' tokens wait for."""
+
+    slots: int
+    load: int = 0
+    compute: int = 0
+    store: int = 0
+
+    def __post_init__(self) -> None:
+        self.compute_done: list[int] = []
+        self.store_done: list[int] = []
+
+    def step(self, load: int, compute: int, first_of_tile: bool) -> None:
+        j = len(self.compute_done)
+        self.load = max(self.load, self.compute_done[j - self.slots] if j >= self.slots else 0) + load
+        t = len(self.store_done)
+        ready = self.store_done[t - self.slots] if first_of_tile and t >= self.slots else 0
+        self.compute = max(self.compute, self.load, ready) + compute
+        self.compute_done.append(self.compute)
+
+    def store_tile(self, store: int) -> None:
+        self.store = max(self.store, self.compute) + store
+        self.store_done.append(self.store)
+
+
+def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = ALL_ON,
+            epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
+    """The predicted cycles, DMA bytes, compute cycles and conflicts of `spec` lowered with `tile`."""
+    pipe = _Pipeline(2 if options.double_buffer else 1)
+    ci_starts = [0] if spec.depthwise else list(range(0, spec.cin, tile.cin))
+    resident = len(ci_starts) == 1
+    dma = compute_total = conflicts = 0
+    for _ in range(spec.n):
+        for co in range(0, spec.cout, tile.cout):
+            cout = min(tile.cout, spec.cout - co)
+            for k_oh, oh in enumerate(range(0, spec.out_h, tile.rows)):
+                rows = min(tile.rows, spec.out_h - oh)
+                pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
+                inside = _inside_rows(spec, oh, rows) * min(spec.in_cols, spec.w)
+                out_bytes = rows * spec.out_w * cout * spec.itemsize
+                operands = [cout * spec.itemsize if e.per_channel else out_bytes for e in epilogue if e.tensor]
+                for k, ci in enumerate(ci_starts):
+                    cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
+                    macs, lost = _mac_cycles(spec, rows, cin, cout, pitch, row_pitch, config)
+                    wgt = spec.kh * spec.kw * (1 if spec.depthwise else cin) * cout * spec.itemsize
+                    moved = [inside * cin * spec.itemsize] + ([wgt] if not resident or k_oh == 0 else []) + \
+                        (operands if k == 0 else [])
+                    last = k == len(ci_starts) - 1
+                    vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes) if last else 0
+                    pipe.step(sum(config.dma_cycles(b) for b in moved) + 2 * TOKEN_CYCLES,
+                              macs + vector + 3 * TOKEN_CYCLES, k == 0)
+                    dma += sum(moved)
+                    compute_total += macs + vector
+                    conflicts += lost
+                pipe.store_tile(config.dma_cycles(out_bytes) + 2 * TOKEN_CYCLES)
+                dma += out_bytes
+    return TileCost(tile, max(pipe.load, pipe.compute, pipe.store), dma, compute_total, conflicts)
+
+
+def _inside_rows(spec: ConvSpec, oh: int, rows: int) -> int:
+    """Input rows of the row tile starting at output row `oh` that lie inside the image (padding moves no bytes)."""
+    top = oh * spec.stride - spec.pads[0]
+    return max(0, min(spec.h, top + spec.in_rows(rows)) - max(0, top))
+
+
+def _mac_cycles(spec: ConvSpec, rows: int, cin: int, cout: int, pitch: int, row_pitch: int,
+                config: NpuConfig) -> tuple[int, int]:
+    """(cycles, conflict cycles) of one step's multiply-adds: the matrix unit's passes, or the vector unit's."""
+    if spec.depthwise:
+        return spec.kh * spec.kw * -(-rows * spec.out_w * cout // config.vector_lanes), 0
+    passes = [banks.read_cycles(row_pitch, pitch, i, j, spec.stride, rows, spec.out_w, config.rows, config.banks)
+              for i in range(spec.kh) for j in range(spec.kw)]
+    blocks = -(-cin // config.block_in) * -(-cout // config.block_out)
+    return sum(c for c, _ in passes) * blocks, sum(k for _, k in passes) * blocks

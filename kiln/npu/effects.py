@@ -1,0 +1,78 @@
+"""The effect of each optimization on a placed model, measured on the simulator (timing only): the
+same steps lowered again with double buffering off, with the dense input layout instead of the
+conflict-free one, and with the simple tiling instead of the cost model's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kiln.npu.config import NpuConfig
+from kiln.npu.kernel import NpuKernel
+from kiln.npu.lower_conv import ALL_ON, Options
+from kiln.npu.lower_step import lower_step
+from kiln.npu.placement import Step
+from kiln.npu.report import KernelLine, kernel_line
+from kiln.npu.simulator import Simulator
+
+VARIANTS: dict[str, tuple[Options, str]] = {
+    "all optimizations": (ALL_ON, "cost-model"),
+    "no double buffering": (Options(double_buffer=False), "cost-model"),
+    "no conflict-free layout": (Options(conflict_free=False), "cost-model"),
+    "simple tiling": (ALL_ON, "simple"),
+}
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One variant's totals over the accelerator kernels."""
+
+    variant: str
+    lines: list[KernelLine]
+
+    @property
+    def cycles(self) -> int:
+        return sum(k.cycles for k in self.lines)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(k.conflicts for k in self.lines)
+
+    @property
+    def dma_hidden(self) -> float:
+        """The share of DMA time hidden behind compute, over the kernels where compute dominates."""
+        busy = [k for k in self.lines if k.compute_busy >= k.dma_busy]
+        dma = sum(k.dma_busy for k in busy)
+        exposed = sum(min(k.dma_busy, max(0, k.cycles - k.compute_busy)) for k in busy)
+        return 1.0 - exposed / dma if dma else 1.0
+
+
+def timed(kernel: NpuKernel, config: NpuConfig) -> KernelLine:
+    """A kernel's report line from a timing-only run (DRAM tensors of the right shapes, never read)."""
+    dram = kernel.dram({k: np.zeros(_device_shape(e.type.shape), kernel.spec.dtype)
+                        for k, e in kernel.operands.items()})
+    return kernel_line(kernel, Simulator(config).run(kernel.program, dram, functional=False), config)
+
+
+def _device_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 else (1, 1, *shape)
+
+
+def measure(steps: list[Step], config: NpuConfig, variants: tuple[str, ...] = tuple(VARIANTS)) -> list[Effect]:
+    """Each variant's kernels, lowered again from the placed accelerator steps and timed."""
+    out = []
+    for variant in variants:
+        options, tiling = VARIANTS[variant]
+        lines = [timed(lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling), config)
+                 for i, s in enumerate(steps) if s.device == "npu"]
+        out.append(Effect(variant, lines))
+    return out
+
+
+def format_effects(effects: list[Effect]) -> list[str]:
+    base = effects[0].cycles
+    out = [f"{'variant':26s} {'cycles':>12s} {'vs all':>7s} {'conflicts':>9s} {'DMA hidden':>10s}"]
+    for e in effects:
+        out.append(f"{e.variant:26s} {e.cycles:12d} {e.cycles / base:6.2f}x {e.conflicts:9d} {e.dma_hidden:10.1%}")
+    return out

@@ -1,0 +1,149 @@
+"""The accelerator's instructions. A program is one list in program order; the fetch stage hands each
+instruction to the queue of its unit (load, compute, store), and the units run decoupled: the only
+order between queues is the dependence tokens that `Push` and `Pop` pass along the four channels
+load->compute, compute->load, compute->store and store->compute (VTA's decoupled access-execute).
+
+Tensors in DRAM are 4-d numpy arrays named in a dict: feature maps NHWC, weights (KH, KW, Cin, Cout),
+per-channel vectors (1, 1, 1, C). On chip, a buffer holds tiles in slots: input, accumulator and
+operand tiles are (H, W, C) (a load takes one image), weight tiles (KH, KW, Cin, Cout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+UNITS = ("load", "compute", "store")
+BUFFERS = ("inp", "wgt", "acc", "aux")
+CHANNELS = (("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute"))
+ALU_OPS = ("add", "mul", "max", "min", "shr")
+POOL_OPS = ("max", "avg")
+
+
+@dataclass(frozen=True)
+class Load:
+    """DMA from DRAM `tensor`'s region at `start` of `size` (4-d; parts outside the tensor read as `fill`
+    and move no bytes) into `buf` slot `slot`. An input tile is laid out with `pitch` words per pixel and
+    `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads."""
+
+    buf: str
+    slot: int
+    tensor: str
+    start: tuple[int, int, int, int]
+    size: tuple[int, int, int, int]
+    pitch: int = 0
+    row_pitch: int = 0
+    fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
+    unit = "load"
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """acc[acc_slot] (+)= window(inp[inp_slot], kh, kw, stride) @ wgt[wgt_slot][kh, kw] on the matrix unit:
+    the input window is out_h x out_w pixels starting at (kh, kw) with step `stride`; `reset` starts the
+    accumulators from zero."""
+
+    inp_slot: int
+    wgt_slot: int
+    acc_slot: int
+    kh: int
+    kw: int
+    stride: int
+    out_h: int
+    out_w: int
+    reset: bool
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class DepthwiseMac:
+    """acc[acc_slot] (+)= window(inp[inp_slot], kh, kw, stride) * wgt[wgt_slot][kh, kw, 0] on the vector unit:
+    a depthwise convolution's kernel offset, one multiply-add per channel of each window pixel."""
+
+    inp_slot: int
+    wgt_slot: int
+    acc_slot: int
+    kh: int
+    kw: int
+    stride: int
+    out_h: int
+    out_w: int
+    reset: bool
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Alu:
+    """acc[acc_slot] = acc[acc_slot] `op` operand on the vector unit; the operand is the immediate `imm` or
+    the tile in aux slot `aux_slot` (broadcast: a (1, 1, C) tile is one value per channel). `shr` is an
+    arithmetic shift right rounding half up (int requantization)."""
+
+    op: str
+    acc_slot: int
+    imm: float | int | None = None
+    aux_slot: int | None = None
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """acc[acc_slot] = the `op` (max or avg) over kh x kw windows with step `stride` of aux[aux_slot] on the
+    vector unit (out_h x out_w pixels); an avg divides by the window's size."""
+
+    op: str
+    aux_slot: int
+    acc_slot: int
+    kh: int
+    kw: int
+    stride: int
+    out_h: int
+    out_w: int
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Store:
+    """DMA of acc[acc_slot]'s first size[1:] elements into DRAM `tensor` at `start`, cast to its dtype."""
+
+    acc_slot: int
+    tensor: str
+    start: tuple[int, int, int, int]
+    size: tuple[int, int, int, int]
+    unit = "store"
+
+
+@dataclass(frozen=True)
+class Push:
+    """Unit `unit` sends one token to unit `to` (it has finished what the token stands for)."""
+
+    unit: str
+    to: str
+
+
+@dataclass(frozen=True)
+class Pop:
+    """Unit `unit` waits for (and takes) one token from unit `frm`."""
+
+    unit: str
+    frm: str
+
+
+Instruction = Load | Gemm | DepthwiseMac | Alu | Pool | Store | Push | Pop
+
+
+@dataclass
+class Program:
+    """An instruction stream and how it splits each buffer into equal slots (a tile must fit its slot)."""
+
+    name: str
+    instructions: list[Instruction]
+    slots: dict[str, int]
+    dtype: np.dtype = np.dtype("float32")  # the data type of input and weight tiles
+
+    def queues(self) -> dict[str, list[Instruction]]:
+        """The fetch stage: each unit's instructions, in program order."""
+        out: dict[str, list[Instruction]] = {u: [] for u in UNITS}
+        for ins in self.instructions:
+            out[ins.unit].append(ins)
+        return out

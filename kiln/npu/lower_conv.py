@@ -1,0 +1,140 @@
+"""Tensorize-style lowering of a convolution (or dense layer) onto the matrix unit: the loop nest over
+images, output-channel tiles, output-row tiles and input-channel tiles becomes DMA loads, one GEMM per
+kernel offset, the vector-unit epilogue and a store per output tile, with the dependence tokens that
+let the load of step j+1 overlap the compute of step j when the buffers are double (two slots). A
+depthwise convolution takes the same loop nest with one channel tile in and out, its multiply-adds on
+the vector unit.
+
+Weights stay resident across the row tiles of an output-channel tile when one input-channel tile
+covers all of cin. Slot reuse is ordered by tokens: a load into a slot pops the compute unit's token
+of the step that last read it; the epilogue runs before that token is pushed, so operand tiles in the
+aux buffer are safe too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kiln.npu import banks
+from kiln.npu.config import NpuConfig
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
+from kiln.npu.isa import Alu, DepthwiseMac, Gemm, Instruction, Load, Pop, Program, Push, Store
+
+
+@dataclass(frozen=True)
+class Options:
+    """The optimizations a lowering applies (each can be turned off to measure it)."""
+
+    double_buffer: bool = True
+    conflict_free: bool = True
+
+
+ALL_ON = Options()
+
+
+def input_layout(spec: ConvSpec, tile: Tile, rows: int, config: NpuConfig, conflict_free: bool) -> tuple[int, int]:
+    """(pitch, row_pitch) of the input tile of `rows` output rows: dense, or the conflict-free layout."""
+    words = -(-min(tile.cin, spec.cin) // config.block_in)
+    if not conflict_free:
+        return words, spec.in_cols
+    return banks.conflict_free_layout(spec.in_cols, words, (spec.kh, spec.kw), spec.stride, rows, spec.out_w,
+                                      config.rows, config.banks)
+
+
+def lower_conv(name: str, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
+               epilogue: Sequence[EpilogueOp], config: NpuConfig, options: Options = ALL_ON) -> Program:
+    """The program computing DRAM `tensors` = (input, weights, output) of `spec` with `epilogue` applied."""
+    slots = 2 if options.double_buffer else 1
+    aux_per_tile = sum(e.tensor is not None for e in epilogue)
+    out: list[Instruction] = []
+    queues = _Queues(out, slots)
+    for n in range(spec.n):
+        for co in range(0, spec.cout, tile.cout):
+            for oh in range(0, spec.out_h, tile.rows):
+                _output_tile(queues, spec, tile, tensors, epilogue, config, options, (n, oh, co), aux_per_tile)
+    return Program(name, out, {"inp": slots, "wgt": slots, "acc": slots, "aux": slots * max(1, aux_per_tile)},
+                   np.dtype(spec.dtype))
+
+
+class _Queues:
+    """Step and tile counters of one program, for slot numbers and token pops."""
+
+    def __init__(self, out: list[Instruction], slots: int):
+        self.out, self.slots = out, slots
+        self.step = 0
+        self.tile = 0
+        self.wgt_slot = 0
+        self.weight_tiles = 0  # resident weight tiles loaded so far: they alternate slots by this count
+        self.weights_for: tuple[int, int] | None = None
+
+
+def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
+                 epilogue: Sequence[EpilogueOp], config: NpuConfig, options: Options, at: tuple[int, int, int],
+                 aux_per_tile: int) -> None:
+    n, oh, co = at
+    inp, wgt, dst = tensors
+    rows, cout = min(tile.rows, spec.out_h - oh), min(tile.cout, spec.cout - co)
+    pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
+    acc_slot = q.tile % q.slots
+    aux_base = (q.tile % q.slots) * aux_per_tile
+    ci_starts = [co] if spec.depthwise else range(0, spec.cin, tile.cin)
+    mac = DepthwiseMac if spec.depthwise else Gemm
+    for k, ci in enumerate(ci_starts):
+        cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
+        slot = q.step % q.slots
+        if q.step >= q.slots:
+            q.out.append(Pop("load", "compute"))
+        q.out.append(Load("inp", slot, inp, (n, oh * spec.stride - spec.pads[0], -spec.pads[1], ci),
+                          (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch))
+        resident = len(ci_starts) == 1
+        if not resident or q.weights_for != (n, co):
+            q.wgt_slot = q.weight_tiles % q.slots if resident else slot
+            q.out.append(Load("wgt", q.wgt_slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
+                              (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout)))
+            q.weights_for = (n, co) if resident else None
+            q.weight_tiles += 1
+        if k == 0:
+            _load_operands(q, spec, epilogue, (n, oh, co), rows, cout, aux_base)
+        q.out.append(Push("load", "compute"))
+        q.out.append(Pop("compute", "load"))
+        if k == 0 and q.tile >= q.slots:
+            q.out.append(Pop("compute", "store"))
+        q.out += [mac(slot, q.wgt_slot, acc_slot, i, j, spec.stride, rows, spec.out_w, k == 0 and i == j == 0)
+                  for i in range(spec.kh) for j in range(spec.kw)]
+        if k == len(ci_starts) - 1:
+            q.out += _epilogue(epilogue, acc_slot, aux_base)
+            q.out.append(Push("compute", "store"))
+        q.out.append(Push("compute", "load"))
+        q.step += 1
+    q.out += [Pop("store", "compute"), Store(acc_slot, dst, (n, oh, 0, co), (1, rows, spec.out_w, cout)),
+              Push("store", "compute")]
+    q.tile += 1
+
+
+def _load_operands(q: _Queues, spec: ConvSpec, epilogue: Sequence[EpilogueOp], at: tuple[int, int, int], rows: int,
+                   cout: int, aux_base: int) -> None:
+    """The epilogue's tensor operands of one output tile, into its aux slots."""
+    n, oh, co = at
+    k = 0
+    for e in epilogue:
+        if e.tensor is None:
+            continue
+        start, size = ((0, 0, 0, co), (1, 1, 1, cout)) if e.per_channel else \
+            ((n, oh, 0, co), (1, rows, spec.out_w, cout))
+        q.out.append(Load("aux", aux_base + k, e.tensor, start, size))
+        k += 1
+
+
+def _epilogue(epilogue: Sequence[EpilogueOp], acc_slot: int, aux_base: int) -> list[Instruction]:
+    out: list[Instruction] = []
+    k = 0
+    for e in epilogue:
+        if e.tensor is None:
+            out.append(Alu(e.op, acc_slot, imm=e.imm))
+        else:
+            out.append(Alu(e.op, acc_slot, aux_slot=aux_base + k))
+            k += 1
+    return out
