@@ -191,6 +191,12 @@ def show_compiled(directory: str) -> int:
     memory = artifact.memory_report(meta)
     if memory is not None:
         print(f"memory: {memory}")
+    if "build_profile" in meta:
+        from kiln.codegen.build_profile import BuildProfile
+
+        print("build profile (as saved by the build):")
+        for line in BuildProfile.from_json(meta["build_profile"]).lines():
+            print(f"  {line}")
     print("footprint (loaded and run once here, on random inputs; symbolic dims 1):")
     for line in _measured_footprint(directory).lines():
         print(f"  {line}")
@@ -236,6 +242,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     out = compiled.export(args.output)
     print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
+    if args.profile:
+        print("build profile:")
+        for line in compiled.report.profile.lines():
+            print(f"  {line}")
     if compiled.host_groups:
         print(f"{len(compiled.host_groups)} fused group(s) run on the host (fix symbolic dims with --dim to "
               f"compile more):")
@@ -307,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '
                         '(options left out are this machine\'s; default: this machine; '
                         '`python -c "import kiln; print(kiln.Target.host())"` prints it)')
+    c.add_argument("--profile", action="store_true", help="print where the build's time went: seconds per stage "
+                   "and per translation unit, C bytes and estimated gcc seconds per kernel (kept in the directory "
+                   "for `kiln show DIR`)")
     _add_pass_flags(c)
     c.set_defaults(fn=cmd_compile)
 

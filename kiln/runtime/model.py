@@ -119,9 +119,13 @@ class Model:
         info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
                 "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
                 "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs],
-                "weights_bytes": self.weights_bytes}
+                "weights_bytes": self.weights_bytes, **self._saved_notes()}
         aot = self.runner if isinstance(self.runner, AotExecutor) else None
         return artifact.export(directory, self._graph_state(), info, aot)
+
+    def _saved_notes(self) -> dict[str, Any]:
+        """What else export writes into model.json: a built model adds what its build knows."""
+        return {}
 
     def _graph_state(self) -> GraphExecutor:
         """The kernel-by-kernel view of the library (the AOT library exports every kernel too)."""
