@@ -88,10 +88,31 @@ def _runner(args: argparse.Namespace):
         sess = kiln.load(args.model)
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     passes = _pass_options(args)  # after the compiled case: checking pass names imports the compiler's passes
+    if args.executor == "compiled" and not (args.wait or args.records or tweaked):
+        sess = kiln.InferenceSession(args.model, on_status=_status_printer(args.verbose))
+        if args.verbose:
+            print(f"session: {sess.status}", file=sys.stderr, flush=True)
+        return sess.module, [o.name for o in sess.get_outputs()], functools.partial(_run_reporting, sess, args.verbose)
     mod = kiln.from_onnx(args.model)
     compiled = args.executor == "compiled" or args.records or tweaked  # these only mean something compiled
     run = kiln.build(mod, records=args.records, **passes).run if compiled else functools.partial(kiln.evaluate, mod)
     return mod, list(mod.output_names), run
+
+
+def _status_printer(verbose: bool) -> Any:
+    """A session's on_status for `kiln run -v`: each change of tier or build progress on stderr."""
+    if not verbose:
+        return None
+    return lambda status: print(f"session: {status}", file=sys.stderr, flush=True)
+
+
+def _run_reporting(sess: Any, verbose: bool, feeds: dict[str, Any]) -> list:
+    """One run of a tiered session, saying (with -v) which tier answered."""
+    tier = sess.status.tier
+    outs = sess.run(None, feeds)
+    if verbose:
+        print(f"answered by the {tier} tier", file=sys.stderr, flush=True)
+    return outs
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -328,7 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dtype and checksum.")
     r.add_argument("model", help="path to an .onnx file, or a directory made by `kiln compile`")
     r.add_argument("--executor", choices=("interpreter", "compiled"), default="interpreter",
-                   help="for an .onnx file: the reference interpreter (default) or compile it first")
+                   help="for an .onnx file: the reference interpreter (default) or compiled: answered at once by "
+                        "Kiln's shape-generic kernels while the model's own compile (see --wait)")
+    r.add_argument("--wait", action="store_true", help="with --executor compiled: compile the model's kernels "
+                   "first and run on them, instead of answering from the generic kernels meanwhile")
+    r.add_argument("-v", "--verbose", action="store_true", help="with --executor compiled: print the session's "
+                   "tier and the build's progress (kernels compiled / total) on stderr")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     r.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim for random inputs")
     r.add_argument("--output-dir", metavar="DIR", help="write each output as DIR/NAME.npy")

@@ -98,14 +98,11 @@ class Model:
 
     @property
     def inputs(self) -> list[TensorInfo]:
-        return [_info(p.name, p.type) for p in self.mod.main.params]
+        return interface(self.mod)[0]
 
     @property
     def outputs(self) -> list[TensorInfo]:
-        t = self.mod.main.body.type
-        types = list(t.fields) if isinstance(t, TupleType) else [t]
-        names = list(self.mod.output_names) or [f"output{i}" for i in range(len(types))]
-        return [_info(n, ty) for n, ty in zip(names, types)]
+        return interface(self.mod)[1]
 
     def footprint(self, rss_after_run: int | None = None) -> Footprint:
         """What the model holds now: its weights as imported and as the kernels read them, arena, code, and
@@ -143,6 +140,14 @@ def _check_arena(runner: Any) -> None:
     if report is not None and report.strategy == "arena":
         sizes.check_bytes(f"the arena of intermediate tensors (memory strategy 'arena'; live-bytes peak "
                           f"{report.lower_bound} bytes, naive sum {report.naive_bytes} bytes)", report.arena_bytes)
+
+
+def interface(mod: IRModule) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """(inputs, outputs) of a module's main, as a session describes them."""
+    t = mod.main.body.type
+    types = list(t.fields) if isinstance(t, TupleType) else [t]
+    names = list(mod.output_names) or [f"output{i}" for i in range(len(types))]
+    return [_info(p.name, p.type) for p in mod.main.params], [_info(n, ty) for n, ty in zip(names, types)]
 
 
 def _info(name: str, t: Any) -> TensorInfo:
