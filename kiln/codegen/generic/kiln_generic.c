@@ -14,6 +14,7 @@
 #define KILN_GENERIC_ABI 1
 #define MR 6            /* rows of C one tile keeps in registers */
 #define NR 16           /* columns of C one tile keeps in registers (two 8-float vectors) */
+#define STREAM_N 256    /* columns of B one thread streams when C has fewer than MR rows */
 #define PAR_WORK 32768  /* multiply-adds below which a call runs on one thread */
 
 typedef int64_t i64;
@@ -71,8 +72,30 @@ static void tile_edge(i64 K, i64 m, i64 n, const float *restrict A, i64 lda, con
   for (i64 r = 0; r < m; r++) memcpy(C + r * ldc, acc[r], (size_t)n * sizeof(float));
 }
 
+/* C[m x n] = A[m x K] B[K x n] for a few rows (a matrix-vector product, most often): B streamed row by row,
+ * n contiguous floats at a time, which the hardware prefetches (a 16-column tile would touch a new page per k) */
+static void rows_stream(i64 K, i64 m, i64 n, const float *restrict A, i64 lda, const float *restrict B, i64 ldb,
+                        float *restrict C, i64 ldc) {
+  for (i64 r = 0; r < m; r++) {
+    float *restrict c = C + r * ldc;
+    memset(c, 0, (size_t)n * sizeof(float));
+    for (i64 k = 0; k < K; k++) {
+      float a = A[r * lda + k];
+      const float *restrict b = B + k * ldb;
+      for (i64 j = 0; j < n; j++) c[j] += a * b[j];
+    }
+  }
+}
+
 /* C[M x N] = A[M x K] B[K x N]; column panels outside, so a panel of B stays in cache over all of A's rows */
 void kiln_gemm(i64 M, i64 N, i64 K, const float *A, i64 lda, const float *B, i64 ldb, float *C, i64 ldc) {
+  if (M < MR) {
+    i64 blocks = (N + STREAM_N - 1) / STREAM_N;
+#pragma omp parallel for schedule(static) if (M * N * K > PAR_WORK)
+    for (i64 jb = 0; jb < blocks; jb++)
+      rows_stream(K, M, min64(STREAM_N, N - jb * STREAM_N), A, lda, B + jb * STREAM_N, ldb, C + jb * STREAM_N, ldc);
+    return;
+  }
   i64 mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
 #pragma omp parallel for collapse(2) schedule(static) if (M * N * K > PAR_WORK)
   for (i64 jt = 0; jt < nt; jt++)
