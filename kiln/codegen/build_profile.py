@@ -20,16 +20,17 @@ class UnitBuild:
     """One translation unit of a library build (or its link): the functions in it with their C bytes,
     the bytes of the shared prelude it parses, and gcc's wall seconds (0 when the compile cache had it)."""
 
-    stage: str  # "compile" or "link"
+    stage: str  # "compile", "link" or "pch"
     functions: tuple[tuple[str, int], ...]
     prelude_bytes: int
     seconds: float
     cached: bool
 
 
-# compile: gcc seconds summed over the units (which run in parallel); link: the link of a split build;
+# compile: gcc seconds summed over the units (which run in parallel); link: the link of a split build; pch: the
+# runtime header precompiled (once per compiler and flags);
 # gcc_wall: the wall seconds of the whole library from the compile cache (units and link)
-STAGES = ("import", "passes", "lower", "plan", "codegen", "compile", "link", "gcc_wall")
+STAGES = ("import", "passes", "lower", "plan", "codegen", "pch", "compile", "link", "gcc_wall")
 TOP_KERNELS = 10  # kernels `lines` lists, by estimated gcc seconds
 
 
