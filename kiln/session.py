@@ -217,6 +217,8 @@ def _tiered(model: Any, opt_level: int, memory_limit: int | None, memory_strateg
         built = build(mod, opt_level=opt_level, memory_limit=memory_limit, memory_strategy=memory_strategy,
                       kernel_progress=progress)
         progress(built.report.kernels, built.report.kernels)
+        if built.per_shape is not None:  # symbolic dims: new shapes build in the background too
+            built.per_shape.background = True
         return built
 
     return Tiers(generic, specialize, on_status)
