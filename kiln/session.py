@@ -131,10 +131,8 @@ class InferenceSession:
         specialized from the start."""
         if self._tiers is not None:
             return self._tiers.status
-        report = getattr(self._model, "report", None)  # a loaded model has none
-        library = self._model.library
-        kernels = report.kernels if report is not None else len(library.source.functions) if library else 0
-        return TierStatus(SPECIALIZED, kernels, kernels)
+        report = getattr(self._model, "report", None)  # a model loaded from a directory has none
+        return TierStatus(SPECIALIZED, report.kernels, report.kernels) if report else TierStatus(SPECIALIZED, 0, None)
 
     def wait_for_compile(self, timeout: float | None = None) -> InferenceSession:
         """Block until the specialized build is done (its error raised); the session itself, for chaining."""

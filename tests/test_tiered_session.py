@@ -111,3 +111,9 @@ def test_run_async_on_a_tiered_session(gated_build):
     feeds = _feeds(3, (2, 784), "input")
     got = sess.run_async(None, feeds).result(timeout=60)
     np.testing.assert_allclose(got[0], kiln.evaluate(kiln.from_onnx(model), feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_loaded_model_is_specialized_from_the_start(tmp_path):
+    directory = kiln.build(mlp(batch=1)).export(tmp_path / "m")
+    status = kiln.load(directory).status
+    assert status.tier == "specialized" and "compiled before this session" in str(status)

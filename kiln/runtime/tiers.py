@@ -35,6 +35,8 @@ class TierStatus:
     error: str | None = None
 
     def __str__(self) -> str:
+        if self.tier == SPECIALIZED and self.kernels_total is None:
+            return f"tier {SPECIALIZED} (compiled before this session)"
         total = "?" if self.kernels_total is None else self.kernels_total
         text = f"tier {self.tier}, {self.kernels_compiled}/{total} kernels compiled"
         return text + (f" ({self.error})" if self.error else "")
