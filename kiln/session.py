@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -204,10 +203,10 @@ def _tiered(model: Any, opt_level: int, memory_limit: int | None, memory_strateg
     from kiln.frontend.onnx import from_onnx  # the importer, only for a session that imports
 
     target = Target.host()
-    threading.Thread(target=generic_library.load, args=(target,), name="kiln-generic-library", daemon=True).start()
+    generic_library.prefetch(target)
     with sizes.memory_limit(memory_limit):
         mod = from_onnx(model)
-    generic = GenericExecutor(mod, target)  # waits for that thread's build: load holds its lock meanwhile
+    generic = GenericExecutor(mod, target)  # waits for the prefetch's build: load holds its lock meanwhile
 
     def specialize(progress: Callable[[int, int], None]) -> Model:
         from kiln.compiler import build  # on the build thread: the first run need not wait for the import

@@ -38,6 +38,20 @@ def build(target: Target) -> Path:
     return CompileCache().build(SOURCE.read_text(), target.cc, flags(target))
 
 
+def prefetch(target: Target) -> None:
+    """Start loading the library for `target` (building it where the cache lacks it) on a daemon thread, so
+    that gcc runs while the caller does other work; a later `load` waits for it (the lock) and reports
+    any error itself."""
+
+    def quietly() -> None:
+        try:
+            load(target)
+        except KilnError:  # the caller's own load raises it, where it can be handled
+            pass
+
+    threading.Thread(target=quietly, name="kiln-generic-library", daemon=True).start()
+
+
 def load(target: Target) -> ctypes.CDLL:
     """The generic kernels for `target`, loaded (and built first where the cache lacks them)."""
     key = str(target)
