@@ -56,10 +56,10 @@ def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict) -> np.ndarr
     n, c, h, wd = x.shape
     m, group = w.shape[0], call.attrs.group
     x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    bias = None if b is None else np.ascontiguousarray(b)
     y = np.empty((n, m, oh, ow), np.float32)
     col = np.empty((c // group) * win.kernel[0] * win.kernel[1] * oh * ow, np.float32)
-    lib.kiln_conv2d(n, c, h, wd, m, group, _ptr(geom), _ptr(x), _ptr(w), _ptr(b if b is None else
-                    np.ascontiguousarray(b)), _ptr(y), _ptr(col))
+    lib.kiln_conv2d(n, c, h, wd, m, group, _ptr(geom), _ptr(x), _ptr(w), _ptr(bias), _ptr(y), _ptr(col))
     return y
 
 
