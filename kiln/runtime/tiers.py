@@ -63,8 +63,8 @@ class Tiers:
         else:
             self.current = model
         finally:
+            self._notify()  # before waiters wake: a wait() that returns has seen the last status
             self._done.set()
-            self._notify()
 
     def _progress(self, compiled: int, total: int) -> None:
         self._compiled, self._total = compiled, total
