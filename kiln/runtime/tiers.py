@@ -63,8 +63,10 @@ class Tiers:
         else:
             self.current = model
         finally:
-            self._notify()  # before waiters wake: a wait() that returns has seen the last status
-            self._done.set()
+            try:
+                self._notify()  # before waiters wake: a wait() that returns has seen the last status
+            finally:
+                self._done.set()
 
     def _progress(self, compiled: int, total: int) -> None:
         self._compiled, self._total = compiled, total
