@@ -88,6 +88,11 @@ def _runner(args: argparse.Namespace):
         sess = kiln.load(args.model)
         return sess.model.mod, [o.name for o in sess.model.outputs], functools.partial(sess.run, None)
     passes = _pass_options(args)  # after the compiled case: checking pass names imports the compiler's passes
+    if args.executor == "compiled" and not (args.wait or args.records or tweaked or args.target):
+        sess = kiln.InferenceSession(args.model, on_status=_status_printer(args.verbose))
+        if args.verbose:
+            print(f"session: {sess.status}", file=sys.stderr, flush=True)
+        return sess.module, [o.name for o in sess.get_outputs()], functools.partial(_run_reporting, sess, args.verbose)
     mod = kiln.from_onnx(args.model)
     if args.target is not None:
         built = kiln.build(mod, args.target, records=args.records, **passes)
@@ -112,6 +117,20 @@ def _with_report(model: Any) -> Any:
         print("\n".join(run_report(model, time.perf_counter() - t0)))
         return outs
     return run
+def _status_printer(verbose: bool) -> Any:
+    """A session's on_status for `kiln run -v`: each change of tier or build progress on stderr."""
+    if not verbose:
+        return None
+    return lambda status: print(f"session: {status}", file=sys.stderr, flush=True)
+
+
+def _run_reporting(sess: Any, verbose: bool, feeds: dict[str, Any]) -> list:
+    """One run of a tiered session, saying (with -v) which tier answered."""
+    tier = sess.status.tier
+    outs = sess.run(None, feeds)
+    if verbose:
+        print(f"answered by the {tier} tier", file=sys.stderr, flush=True)
+    return outs
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -211,6 +230,12 @@ def show_compiled(directory: str) -> int:
     memory = artifact.memory_report(meta)
     if memory is not None:
         print(f"memory: {memory}")
+    if "build_profile" in meta:
+        from kiln.codegen.build_profile import BuildProfile
+
+        print("build profile (as saved by the build):")
+        for line in BuildProfile.from_json(meta["build_profile"]).lines():
+            print(f"  {line}")
     print("footprint (loaded and run once here, on random inputs; symbolic dims 1):")
     for line in _measured_footprint(directory).lines():
         print(f"  {line}")
@@ -256,6 +281,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     out = compiled.export(args.output)
     print(f"  {'export':8s} {(time.perf_counter() - t1) * 1e3:9.1f} ms  {out}")
+    if args.profile:
+        print("build profile:")
+        for line in compiled.report.profile.lines():
+            print(f"  {line}")
     if compiled.host_groups:
         print(f"{len(compiled.host_groups)} fused group(s) run on the host (fix symbolic dims with --dim to "
               f"compile more):")
@@ -353,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='the machine to build for, e.g. "c -cores=4" or "c -features=avx,avx2,fma -vector-bits=256" '
                         '(options left out are this machine\'s; default: this machine; '
                         '`python -c "import kiln; print(kiln.Target.host())"` prints it)')
+    c.add_argument("--profile", action="store_true", help="print where the build's time went: seconds per stage "
+                   "and per translation unit, C bytes and estimated gcc seconds per kernel (kept in the directory "
+                   "for `kiln show DIR`)")
     _add_pass_flags(c)
     c.set_defaults(fn=cmd_compile)
 
@@ -361,7 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dtype and checksum.")
     r.add_argument("model", help="path to an .onnx file, or a directory made by `kiln compile`")
     r.add_argument("--executor", choices=("interpreter", "compiled"), default="interpreter",
-                   help="for an .onnx file: the reference interpreter (default) or compile it first")
+                   help="for an .onnx file: the reference interpreter (default) or compiled: answered at once by "
+                        "Kiln's shape-generic kernels while the model's own compile (see --wait)")
+    r.add_argument("--wait", action="store_true", help="with --executor compiled: compile the model's kernels "
+                   "first and run on them, instead of answering from the generic kernels meanwhile")
+    r.add_argument("-v", "--verbose", action="store_true", help="with --executor compiled: print the session's "
+                   "tier and the build's progress (kernels compiled / total) on stderr")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     r.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dim for random inputs")
     r.add_argument("--output-dir", metavar="DIR", help="write each output as DIR/NAME.npy")

@@ -24,7 +24,9 @@ def _feeds(session, seed):
 
 @pytest.fixture(scope="module")
 def sessions():
-    return [kiln.InferenceSession(mlp(batch=2)), kiln.InferenceSession(small_cnn(batch=1))]
+    """Compiled before the tests (wait_for_compile): runs compare bit for bit, so all on one tier."""
+    return [kiln.InferenceSession(mlp(batch=2), wait_for_compile=True),
+            kiln.InferenceSession(small_cnn(batch=1), wait_for_compile=True)]
 
 
 def test_run_async_from_eight_threads_on_two_models_equals_sequential_runs(sessions):

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kiln.codegen.c_source import UNIT_MARK
+from kiln.codegen.build_profile import UnitBuild
+from kiln.codegen.c_source import RUNTIME_HEADER, UNIT_MARK
 from kiln.codegen.compiler import (
     FLAGS,
+    compile_header,
     compile_object,
     compile_shared,
     link_shared,
@@ -33,6 +37,14 @@ from kiln.target import compiler_identity, find_compiler, host_cores
 
 # in a unit of a split build the typed bodies are visible to the other units, never outside the library
 SPLIT_LINKAGE = '#define KILN_BODY __attribute__((visibility("hidden")))\n'
+
+
+_FUNCTION = re.compile(r"int32_t (kiln_\w+)\(")
+
+
+def unit_functions(units: list[str]) -> tuple[tuple[str, int], ...]:
+    """(first function defined, C bytes) of each function's part of a module."""
+    return tuple(((m.group(1) if (m := _FUNCTION.search(u)) else "?"), len(u)) for u in units)
 
 
 def default_cache_dir() -> Path:
@@ -82,9 +94,17 @@ def plan_chunks(sizes: list[float], jobs: int) -> list[list[int]]:
 
 
 class CompileCache:
-    def __init__(self, root: Path | str | None = None, jobs: int | None = None):
+    def __init__(self, root: Path | str | None = None, jobs: int | None = None,
+                 on_unit: Callable[[UnitBuild], None] | None = None):
+        """`on_unit` hears of each translation unit compiled (or found) and each link, as it finishes."""
         self.root = Path(root) if root is not None else default_cache_dir()
         self.jobs = jobs or default_jobs()
+        self.on_unit = on_unit
+
+    def _note(self, stage: str, functions: tuple[tuple[str, int], ...], prelude: int, seconds: float,
+              cached: bool) -> None:
+        if self.on_unit is not None:
+            self.on_unit(UnitBuild(stage, functions, prelude, seconds, cached))
 
     def paths(self, key: str) -> tuple[Path, Path]:
         """(source, library) paths of a key."""
@@ -96,17 +116,21 @@ class CompileCache:
         cc_path = find_compiler(cc)
         identity = compiler_identity(cc_path)
         src, lib = self.paths(cache_key(source, flags, identity))
+        prelude, units = split_units(source)
         if lib.exists():
+            self._note("compile", unit_functions(units), len(prelude), 0.0, True)
             return lib
         lib.parent.mkdir(parents=True, exist_ok=True)
-        prelude, units = split_units(source)
         if self.jobs > 1 and len(units) > 1:
             objects = self._objects(prelude, units, cc_path, flags, identity)
+            t0 = time.perf_counter()
             _atomic_output(lib, lambda tmp: link_shared(objects, tmp, cc_path, flags))
+            self._note("link", (), 0, time.perf_counter() - t0, False)
             return lib
-        if not src.exists():
-            atomic_write(src, source.encode())
+        atomic_write(src, self._precompiled(source, cc_path, flags, identity).encode())  # the header it includes too
+        t0 = time.perf_counter()
         _atomic_output(lib, lambda tmp: compile_shared(src, tmp, cc_path, flags))
+        self._note("compile", unit_functions(units), len(prelude), time.perf_counter() - t0, False)
         return lib
 
     def _objects(self, prelude: str, units: list[str], cc_path: str, flags: tuple[str, ...],
@@ -115,27 +139,54 @@ class CompileCache:
         # NOTE: gcc's time grows faster than a function's size (about size^1.5 on our kernels): one big
         # unrolled kernel outweighs several small ones
         weights = [len(u) ** 1.5 for u in units]
-        sources = [SPLIT_LINKAGE + prelude + "\n" + "\n".join(units[i] for i in chunk)
-                   for chunk in plan_chunks(weights, self.jobs)]
+        chunks = plan_chunks(weights, self.jobs)
+        named = unit_functions(units)
         oflags = object_flags(flags)
         objects = []
-        for text in sources:
+        for chunk in chunks:
+            text = self._precompiled(prelude + "\n" + "\n".join(units[i] for i in chunk), cc_path, flags, identity,
+                                     SPLIT_LINKAGE)
             src, lib = self.paths(cache_key(text, oflags, identity))
-            objects.append((text, src, lib.with_suffix(".o")))
+            objects.append((text, src, lib.with_suffix(".o"), tuple(named[i] for i in chunk)))
         todo = [o for o in objects if not o[2].exists()]
+        for o in objects:
+            if o not in todo:
+                self._note("compile", o[3], len(prelude), 0.0, True)
 
-        def compile_one(item: tuple[str, Path, Path]) -> None:
-            text, src, obj = item
+        def compile_one(item: tuple[str, Path, Path, tuple[tuple[str, int], ...]]) -> None:
+            text, src, obj, functions = item
             obj.parent.mkdir(parents=True, exist_ok=True)
             if not src.exists():
                 atomic_write(src, text.encode())
+            t0 = time.perf_counter()
             _atomic_output(obj, lambda tmp: compile_object(src, tmp, cc_path, flags))
+            self._note("compile", functions, len(prelude), time.perf_counter() - t0, False)
 
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.jobs, len(todo))) as pool:
                 for _ in pool.map(compile_one, todo):  # re-raises the first CompileError
                     pass
-        return [obj for _, _, obj in objects]
+        return [obj for _, _, obj, _ in objects]
+
+
+    def _precompiled(self, text: str, cc_path: str, flags: tuple[str, ...], identity: str, after: str = "") -> str:
+        """`text` to compile: its leading copy of the runtime header (kiln_runtime.h) replaced by an #include
+        of the header precompiled for these flags, where gcc builds one (once per compiler and flags, into
+        the cache). The header's system includes (immintrin.h above all) are most of a small unit's
+        compile time, paid by every unit of every build without it. `after` goes right after the header."""
+        header = RUNTIME_HEADER.read_text()
+        if not text.startswith(header):
+            return after + text
+        key = cache_key(header, object_flags(flags), identity)
+        h = self.root / "pch" / key[:2] / key / RUNTIME_HEADER.name
+        gch = h.with_name(h.name + ".gch")
+        if not gch.exists():
+            h.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(h, header.encode())
+            t0 = time.perf_counter()
+            _atomic_output(gch, lambda tmp: compile_header(h, tmp, cc_path, flags))
+            self._note("pch", (), len(header), time.perf_counter() - t0, False)
+        return f'#include "{h}"\n{after}{text[len(header):]}'
 
 
 def _atomic_output(path: Path, make: Callable[[Path], None]) -> None:

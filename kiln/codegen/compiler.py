@@ -47,6 +47,13 @@ def compile_object(source: Path, output: Path, cc_path: str, flags: tuple[str, .
                           text=True), cc_path, f"generated source {source}")
 
 
+def compile_header(header: Path, output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:
+    """Precompile a header at `output` for translation units compiled with `flags` (a library's)."""
+    hflags = tuple(f for f in object_flags(flags) if f != "-c")
+    _check(subprocess.run([cc_path, *hflags, "-x", "c-header", "-o", str(output), str(header)], capture_output=True,
+                          text=True), cc_path, f"header {header}")
+
+
 def link_shared(objects: list[Path], output: Path, cc_path: str, flags: tuple[str, ...] = FLAGS) -> None:
     """Link object files into one shared library (the flags carry -shared and -fopenmp)."""
     _check(subprocess.run([cc_path, *flags, "-o", str(output), *map(str, objects), *LIBS], capture_output=True,

@@ -20,3 +20,10 @@ def load_library(path: str | os.PathLike, pool: str | os.PathLike | None = None,
     openmp_env.configure()
     pool_library.load(pool, cc)
     return ctypes.CDLL(str(path))
+
+
+def load_standalone(path: str | os.PathLike) -> ctypes.CDLL:
+    """A library that calls no Kiln runtime (the shape-generic kernels, kiln.codegen.generic_library):
+    only libgomp's setting comes first, so loading it never builds the pool."""
+    openmp_env.configure()
+    return ctypes.CDLL(str(path))

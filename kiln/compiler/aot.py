@@ -17,6 +17,7 @@ import numpy as np
 from kiln.codegen import CompileCache
 from kiln.codegen.aot_source import Copy, KernelCall, Ptr
 from kiln.codegen.backends import get_backend
+from kiln.codegen.build_profile import BuildProfile
 from kiln.codegen.compiler import FLAGS
 from kiln.codegen.lower_fused import Kernel
 from kiln.compiler.dataflow_plan import plan_dataflow
@@ -145,7 +146,7 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
               ctx: PassContext | None = None, cache: CompileCache | None = None, cc: str = "gcc",
               flags: tuple[str, ...] = FLAGS, tuned: Tuned | None = None, target: Target | None = None,
               dataflow: str = "never", memory_strategy: str = "arena",
-              order_budget_s: float = DEFAULT_BUDGET_S) -> AotExecutor:
+              order_budget_s: float = DEFAULT_BUDGET_S, profile: BuildProfile | None = None) -> AotExecutor:
     """Compile `mod` (static shapes, every group compilable) into one entry function.
     `dataflow`: "auto" lets the cost model (kiln.compiler.dataflow_choice) pick the dataflow executor
     for models whose branches pay for it, "always" picks it, "never" builds the sequential entry only.
@@ -156,7 +157,8 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     by one over pool-allocated tensors, kiln.runtime.counted_executor); `order_budget_s` bounds the search
     for the minimum-peak order (kiln.compiler.memory_order). `memory_limit` (bytes) bounds the arena
     (arena) or the order's peak (counted): a larger plan raises MemoryLimitError before anything is
-    compiled or run."""
+    compiled or run. `profile` receives the seconds of lowering, planning and C generation."""
+    profile = profile or BuildProfile()
     check_strategy(memory_strategy)
     for p in mod.main.params:
         _static(p.type, f"input '{p.name}'")
@@ -164,9 +166,35 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
     target = target or ctx.target
     fused = fuse(mod, opt_level, ctx)
     # NOTE: a caller's own compile-cache directory holds the lowered groups too
-    lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None, target)
+    with profile.stage("lower"):
+        lowered, kernels, host = lower_groups(fused, tuned, KernelCache(cache.root / "kernels") if cache else None,
+                                              target)
     if host:
         raise AotError(f"{len(host)} fused group(s) cannot be compiled: {'; '.join(host)}{_HINT}")
+    with profile.stage("plan"):
+        graph, outputs, plan, flow = _plan(fused, kernels, target, dataflow, memory_limit, memory_strategy,
+                                           order_budget_s)
+    where = dict(graph.homes)
+    where.update({t: Ptr("arena", o) for t, o in plan.offsets.items()})
+    copies = []
+    for k, t in enumerate(outputs):
+        if t in where:
+            copies.append(Copy(Ptr("output", k), where[t], graph.nbytes(t)))
+        else:
+            where[t] = Ptr("output", k)
+    calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
+             for i in plan.order]
+    backend = get_backend(target.kind)
+    with profile.stage("codegen"):
+        source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies,
+                                                                           target)
+    path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
+    return _executor(fused, graph, plan, flow, outputs, backend.load("model", source, path), memory_strategy)
+
+
+def _plan(fused: IRModule, kernels: dict, target: Target, dataflow: str, memory_limit: int | None,
+          memory_strategy: str, order_budget_s: float) -> tuple[_Graph, list[int], MemoryPlan, Any]:
+    """The flattened calls, the outputs, the memory plan and the dataflow plan (None: sequential)."""
     graph, outputs = _flatten(fused.main, kernels)
     sizes = {t: graph.nbytes(t) for _, tids in graph.calls for t in tids
              if t not in graph.homes and t not in outputs}
@@ -180,23 +208,15 @@ def build_aot(mod: IRModule, opt_level: int = 2, *, memory_limit: int | None = N
         check_bytes("the live intermediate tensors at the peak of the planned order", plan.lower_bound)
     for t in outputs:  # before gcc runs (the executor checks them again, for a model loaded from disk)
         check_alloc(graph.names[t], graph.types[t].shape, graph.types[t].dtype)
-    where = dict(graph.homes)
-    where.update({t: Ptr("arena", o) for t, o in plan.offsets.items()})
-    copies = []
-    for k, t in enumerate(outputs):
-        if t in where:
-            copies.append(Copy(Ptr("output", k), where[t], graph.nbytes(t)))
-        else:
-            where[t] = Ptr("output", k)
-    calls = [KernelCall(graph.calls[i][0].func.name, tuple(where[t] for t in graph.calls[i][1]))
-             for i in plan.order]
-    backend = get_backend(target.kind)
-    source = (backend.render_dataflow if flow else backend.render_aot)([k.func for k in lowered], calls, copies, target)
-    path = backend.compile(source.code, cache=cache, cc=cc, flags=target.compiler_flags(flags))
+    return graph, outputs, plan, flow
+
+
+def _executor(fused: IRModule, graph: _Graph, plan: MemoryPlan, flow: Any, outputs: list[int], library: Any,
+              memory_strategy: str) -> AotExecutor:
+    """The executor of the compiled library: dataflow, counted or arena."""
     report = _report(graph, plan, outputs, memory_strategy)
     out_layout = [(tuple(graph.types[t].shape), to_numpy(graph.types[t].dtype)) for t in outputs]
     calls = tuple(describe_group(graph.groups[i]) for i in plan.order)
-    library = backend.load("model", source, path)
     if flow is not None:
         return DataflowExecutor(fused, graph.weights, out_layout, plan.arena_bytes, library, report, calls,
                                 flow.schedule)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiln.compiler.lower import lower_groups
 from kiln.compiler.report import BuildReport
@@ -27,6 +27,10 @@ class CompiledModel(Model):
         super().__post_init__()
         if self.weights_bytes is None:  # the report counted them at import
             self.weights_bytes = self.report.weights_bytes
+
+    def _saved_notes(self) -> dict[str, Any]:
+        """The build profile, for `kiln show DIR`."""
+        return {"build_profile": self.report.profile.to_json()}
 
     def _graph_state(self) -> GraphExecutor:
         """An AOT build's kernel-by-kernel view, lowered again (the kernel cache makes that cheap)."""

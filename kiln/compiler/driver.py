@@ -47,6 +47,7 @@ class _Memory:
     limit: int | None = None
     strategy: str = "arena"
     order_budget_s: float = DEFAULT_BUDGET_S
+    kernel_progress: Callable[[int, int], None] | None = None  # not memory, but travels the same way
 
 
 def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *, executor: str = "auto",
@@ -54,7 +55,8 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
           records: str | os.PathLike | Mapping[str, Mapping[str, object]] | None = None,
           pass_config: Mapping[str, Any] | None = None, disabled_passes: Sequence[str] = (),
           required_passes: Sequence[str] = (), memory_limit: int | None = None, memory_strategy: str = "arena",
-          memory_order_budget: float = DEFAULT_BUDGET_S) -> CompiledModel:
+          memory_order_budget: float = DEFAULT_BUDGET_S,
+          kernel_progress: Callable[[int, int], None] | None = None) -> CompiledModel:
     """Compile `model` (an IRModule, or an ONNX model / path / bytes) for `target`: a kiln.Target or its
     string (kiln.Target.parse: "c -cores=4"; options left out are the host's), by default this machine.
 
@@ -74,13 +76,15 @@ def build(model: Any, target: Target | str | None = None, opt_level: int = 2, *,
     "counted" (the kernels called one at a time over tensors a pool allocates at their first write and
     frees after their last read); with a memory limit, a build whose arena (arena) or order's peak of live
     bytes (counted) exceeds it fails before anything runs. `memory_order_budget`: seconds the search for
-    the minimum-peak operator order may take (kiln.compiler.memory_order) before the best heuristic order wins."""
+    the minimum-peak operator order may take (kiln.compiler.memory_order) before the best heuristic order wins.
+    `kernel_progress(compiled, total)` hears of the kernels gcc has compiled (or the cache had) as they finish.
+    The report's `profile` (kiln.codegen.build_profile) times every stage and translation unit."""
     if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
         raise KilnError(f"memory_limit must be a positive number of bytes, got {memory_limit!r}")
     check_strategy(memory_strategy)
     if not isinstance(memory_order_budget, (int, float)) or memory_order_budget < 0:
         raise KilnError(f"memory_order_budget must be a non-negative number of seconds, got {memory_order_budget!r}")
-    memory = _Memory(memory_limit, memory_strategy, float(memory_order_budget))
+    memory = _Memory(memory_limit, memory_strategy, float(memory_order_budget), kernel_progress)
     if Target.parse(target).kind == "npu-sim":
         from kiln.npu.build import build_npu  # the accelerator's compiler path, imported when asked for
 
@@ -108,6 +112,7 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
         t0 = time.perf_counter()
         model = from_onnx(model)
         report.add("import", time.perf_counter() - t0, f"{len(model.input_names)} input(s)", progress)
+        report.profile.add("import", time.perf_counter() - t0)
     report.weights_bytes = param_bytes(model)
     tuned = _load_records(records, target, report, progress) if records is not None else None
     static = is_static(model)
@@ -119,7 +124,7 @@ def _build(model: Any, target: Target, opt_level: int, executor: str, progress: 
                 raise
             if progress is not None:
                 progress(f"AOT does not apply ({e}); using the graph executor")
-    compiled = _build_graph(model, ctx, report, progress, tuned)
+    compiled = _build_graph(model, ctx, report, progress, tuned, memory.kernel_progress)
     if executor == "auto" and not static:
         compiled.per_shape = ShapeSpecialized(model, compiled.runner, lambda shapes: build_aot(
             with_input_shapes(model, shapes), opt_level, memory_limit=memory.limit, ctx=ctx, cache=CompileCache(),
@@ -146,15 +151,16 @@ def _tuned_note(tuned: Tuned | None) -> str:
 def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
                progress: Callable[[str], None] | None, tuned: Tuned | None = None,
                memory: _Memory | None = None, dataflow: str = "never") -> CompiledModel:
-    timing, cache = PassTiming(), CountingCache()
+    memory = memory or _Memory()
+    timing, cache = PassTiming(), CountingCache(report.profile, memory.kernel_progress)
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
-    memory = memory or _Memory()
     aot = build_aot(mod, opt_level, memory_limit=memory.limit, ctx=replace(ctx, instruments=[timing]), cache=cache,
                     tuned=tuned, cc=ctx.target.cc, target=ctx.target, dataflow=dataflow,
-                    memory_strategy=memory.strategy, order_budget_s=memory.order_budget_s)
+                    memory_strategy=memory.strategy, order_budget_s=memory.order_budget_s, profile=report.profile)
     total = time.perf_counter() - t0
     passes = sum(t for _, t in timing.times)
+    report.profile.add("passes", passes)
     kernels = len(aot.library.source.functions)
     report.add("passes", passes, f"{len(timing.times)} pass runs", progress)
     report.add("lower", total - passes - cache.seconds,
@@ -166,21 +172,26 @@ def _build_aot(mod: IRModule, ctx: PassContext, report: BuildReport,
     return CompiledModel(aot.mod, kind, aot, opt_level, target=ctx.target, report=report, tuned=tuned)
 
 
-def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
-                 progress: Callable[[str], None] | None, tuned: Tuned | None = None) -> CompiledModel:
-    timing, cache = PassTiming(), CountingCache()
+def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport, progress: Callable[[str], None] | None,
+                 tuned: Tuned | None = None,
+                 kernel_progress: Callable[[int, int], None] | None = None) -> CompiledModel:
+    timing, cache = PassTiming(), CountingCache(report.profile, kernel_progress)
     t0 = time.perf_counter()
     opt_level = ctx.opt_level
     fused = fuse(mod, opt_level, replace(ctx, instruments=[timing]))
     report.add("passes", time.perf_counter() - t0, f"{len(timing.times)} pass runs", progress)
+    report.profile.add("passes", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    lowered, kernel_of, host = lower_groups(fused, tuned, target=ctx.target)
+    with report.profile.stage("lower"):
+        lowered, kernel_of, host = lower_groups(fused, tuned, target=ctx.target)
     report.add("lower", time.perf_counter() - t0,
                f"{len(lowered)} kernels{_tuned_note(tuned)}" + (f", {len(host)} group(s) on the host" if host else ""),
                progress)
     flags = ctx.target.compiler_flags(FLAGS)
+    t0 = time.perf_counter()
     lib = build_library([k.func for k in lowered], "model", kind=ctx.target.kind, target=ctx.target,
                         cc=ctx.target.cc, flags=flags, cache=cache) if lowered else None
+    report.profile.add("codegen", time.perf_counter() - t0 - cache.seconds)
     _compiled(report, cache, len(lowered), progress)
     cm = artifact.assemble(fused, kernel_of, host, lambda k: lib.get_function(k.func.name), lib, compile_specialized)
     return CompiledModel(fused, "graph", cm, opt_level, target=ctx.target, report=report, tuned=tuned)
@@ -188,6 +199,7 @@ def _build_graph(mod: IRModule, ctx: PassContext, report: BuildReport,
 
 def _compiled(report: BuildReport, cache: CountingCache, kernels: int, progress: Callable[[str], None] | None):
     report.kernels, report.compiled, report.cached = kernels, cache.misses, cache.hits
+    report.profile.add("gcc_wall", cache.seconds)
     how = "from the compile cache" if cache.hits and not cache.misses else "compiled by gcc" if cache.misses else "-"
     report.add("compile", cache.seconds, f"{kernels} kernels in one library, {how}", progress)
 

@@ -194,8 +194,9 @@ def _truth(v: Any) -> bool:
     return bool(np.asarray(v).reshape(-1)[0]) if np.asarray(v).size else False
 
 
-def evaluate(mod: IRModule, feeds: dict[str, Any]) -> list[Any]:
-    """Run `main` on named inputs; returns one value per output (a tuple result is flattened)."""
+def evaluate(mod: IRModule, feeds: dict[str, Any], interpreter: Interpreter | None = None) -> list[Any]:
+    """Run `main` on named inputs; returns one value per output (a tuple result is flattened).
+    `interpreter`: one that runs some calls its own way (kiln.runtime.generic_executor)."""
     main = mod.main
     names = [p.name for p in main.params]
     unknown = sorted(set(feeds) - set(names))
@@ -209,7 +210,7 @@ def evaluate(mod: IRModule, feeds: dict[str, Any]) -> list[Any]:
     scope = Scope()
     for p in main.params:
         scope.values[id(p)] = check_input(p.name, feeds[p.name], p.type, dims)
-    out = Interpreter(mod).eval(main.body, scope)
+    out = (interpreter or Interpreter(mod)).eval(main.body, scope)
     return list(out) if isinstance(main.body.type, TupleType) else [out]
 
 

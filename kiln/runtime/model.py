@@ -100,14 +100,11 @@ class Model:
 
     @property
     def inputs(self) -> list[TensorInfo]:
-        return [_info(p.name, p.type) for p in self.mod.main.params]
+        return interface(self.mod)[0]
 
     @property
     def outputs(self) -> list[TensorInfo]:
-        t = self.mod.main.body.type
-        types = list(t.fields) if isinstance(t, TupleType) else [t]
-        names = list(self.mod.output_names) or [f"output{i}" for i in range(len(types))]
-        return [_info(n, ty) for n, ty in zip(names, types)]
+        return interface(self.mod)[1]
 
     def footprint(self, rss_after_run: int | None = None) -> Footprint:
         """What the model holds now: its weights as imported and as the kernels read them, arena, code, and
@@ -121,9 +118,13 @@ class Model:
         info = {"target": str(self.target), "opt_level": self.opt_level, "built_with": self.executor,
                 "compiler": compiler_identity(find_compiler(self.target.cc)).splitlines()[0],
                 "inputs": [vars(i) for i in self.inputs], "outputs": [vars(o) for o in self.outputs],
-                "weights_bytes": self.weights_bytes}
+                "weights_bytes": self.weights_bytes, **self._saved_notes()}
         aot = self.runner if isinstance(self.runner, AotExecutor) else None
         return artifact.export(directory, self._graph_state(), info, aot)
+
+    def _saved_notes(self) -> dict[str, Any]:
+        """What else export writes into model.json: a built model adds what its build knows."""
+        return {}
 
     def _graph_state(self) -> GraphExecutor:
         """The kernel-by-kernel view of the library (the AOT library exports every kernel too)."""
@@ -141,6 +142,14 @@ def _check_arena(runner: Any) -> None:
     if report is not None and report.strategy == "arena":
         sizes.check_bytes(f"the arena of intermediate tensors (memory strategy 'arena'; live-bytes peak "
                           f"{report.lower_bound} bytes, naive sum {report.naive_bytes} bytes)", report.arena_bytes)
+
+
+def interface(mod: IRModule) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """(inputs, outputs) of a module's main, as a session describes them."""
+    t = mod.main.body.type
+    types = list(t.fields) if isinstance(t, TupleType) else [t]
+    names = list(mod.output_names) or [f"output{i}" for i in range(len(types))]
+    return [_info(p.name, p.type) for p in mod.main.params], [_info(n, ty) for n, ty in zip(names, types)]
 
 
 def _info(name: str, t: Any) -> TensorInfo:

@@ -11,6 +11,10 @@ shapes call that. At most MAX_SHAPES builds are kept, the least recently used go
 whose static model cannot be built ahead of time (control flow, a shape computed from an input's
 values) run on the kernel-by-kernel executor, and are remembered so that they are not tried again.
 
+With `background` set (a tiered session's model, kiln.runtime.tiers), a new shape's build runs on a thread of
+its own and the kernel-by-kernel executor answers meanwhile: no run waits for gcc. Runs at that shape move
+to the build from the first one after it is done.
+
 A build costs seconds, so a stream of ever new shapes (free-length text) must not pay one per run:
 once MAX_SHAPES builds are held, a new shape gets one only on its second run, and after MAX_BUILDS
 builds in all no more are made; the kernel-by-kernel executor, which serves any shape, runs the rest.
@@ -44,6 +48,8 @@ class ShapeSpecialized:
         self.built: OrderedDict[tuple, Any] = OrderedDict()  # input shapes -> AotExecutor, most recent last
         self.refused: OrderedDict[tuple, str] = OrderedDict()  # input shapes -> why no static build
         self._seen: OrderedDict[tuple, None] = OrderedDict()  # shapes run once without a build
+        self._building: set[tuple] = set()  # shapes whose background build is running
+        self.background = False
         self._lock = threading.Lock()
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
@@ -61,22 +67,47 @@ class ShapeSpecialized:
         if static is not None:
             self.built.move_to_end(key)
             return static
-        if key in self.refused or None in key or self.builds >= self.max_builds:
+        if key in self.refused or key in self._building or None in key or self.builds >= self.max_builds:
             return None
         if len(self.built) >= self.limit and key not in self._seen:
             _remember(self._seen, key, None)  # the cache is full: build for this shape if it comes back
             return None
         self._seen.pop(key, None)
         self.builds += 1
+        if self.background:
+            self._building.add(key)
+            threading.Thread(target=self._build_later, args=(key,), name="kiln-shape-build", daemon=True).start()
+            return None
+        return self._built(key)
+
+    def _built(self, key: tuple) -> Any:
+        """The static build for `key`, made now and kept (None where these shapes refuse one)."""
         try:
             static = self._build(key)
         except KilnError as e:  # AotError, or a pass or lowering that refuses these shapes
-            _remember(self.refused, key, str(e))
-            return None
+            static, why = None, str(e)
+        self._keep(key, static, None if static is not None else why)
+        return static
+
+    def _build_later(self, key: tuple) -> None:
+        """A background build: compiled outside the lock (runs go on meanwhile), kept under it. Any error
+        refuses the shape: no caller is waiting to hear it, and the fallback serves these shapes."""
+        try:
+            static, why = self._build(key), None
+        except Exception as e:  # noqa: BLE001
+            static, why = None, f"{type(e).__name__}: {e}"
+        with self._lock:
+            self._keep(key, static, why)
+            self._building.discard(key)
+
+    def _keep(self, key: tuple, static: Any, why: str | None) -> None:
+        """Hold a new build (the least recent one going past `limit`), or remember why there is none."""
+        if static is None:
+            _remember(self.refused, key, why or "no static build")
+            return
         self.built[key] = static
         if len(self.built) > self.limit:
             self.built.popitem(last=False)
-        return static
 
 
 def _remember(d: OrderedDict, key: tuple, value: Any) -> None:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import multiprocessing as mp
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from kiln.codegen import FLAGS, CompileCache, CompileError, build_library, gener
 from kiln.codegen import cache as cache_mod
 from kiln.codegen.c_source import RENDERED_ATTR, UNIT_MARK, render
 from kiln.codegen.cache import plan_chunks, split_units
+from kiln.codegen.compiler import object_flags
 from kiln.tir import Buffer, BufferStore, FloatImm, For, ForKind, IntImm, PrimFunc, Var
 
 from .conftest import requires_gcc
@@ -98,7 +100,8 @@ def test_concurrent_split_builds(tmp_path):
     with mp.get_context("spawn").Pool(3) as pool:
         paths = pool.map(_build_in_child, [str(tmp_path)] * 6)
     assert len(set(paths)) == 1
-    leftovers = [p.name for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith((".so", ".c", ".o"))]
+    kept = (".so", ".c", ".o", ".h", ".gch")  # libraries, sources, objects, the precompiled runtime header
+    leftovers = [p.name for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith(kept)]
     assert leftovers == []
 
 
@@ -130,3 +133,17 @@ def test_default_jobs_counts_idle_cpus(monkeypatch):
     monkeypatch.setattr(cache_mod.os, "getloadavg", lambda: (20.0, 1.0, 1.0))
     assert cache_mod.default_jobs() == 1
     assert CompileCache("x", jobs=4).jobs == 4
+
+
+@requires_gcc
+def test_units_include_the_runtime_header_precompiled_once(tmp_path):
+    """Every unit of a split build includes kiln_runtime.h from one precompiled copy in the cache (gcc -H marks
+    a precompiled header it used with '!'), and the library computes what it computed without it."""
+    cache = CompileCache(tmp_path, jobs=2)
+    build_library(FUNCS, "m", cache=cache)
+    (gch,) = tmp_path.rglob("kiln_runtime.h.gch")
+    units = [p for p in tmp_path.rglob("*.c") if p.read_text().startswith("#include")]
+    assert len(units) == 2 and all(f'#include "{gch.with_suffix("")}"' in u.read_text() for u in units)
+    shown = subprocess.run(["gcc", *object_flags(FLAGS), "-H", "-o", str(tmp_path / "x.o"), str(units[0])],
+                           capture_output=True, text=True)
+    assert f"! {gch}" in shown.stderr

@@ -113,3 +113,25 @@ def test_with_input_shapes_retypes_every_call(cnn):
     static = with_input_shapes(mod, [(5, 3, 6, 6)])
     assert static.main.params[0].type.shape == (5, 3, 6, 6) and static.main.body.type.shape == (5, 5)
     assert mod.main.params[0].type.shape[0] == SizeVar("N")  # the source is untouched
+
+
+def test_in_the_background_a_new_shape_runs_on_the_graph_executor_until_its_build_is_kept(cnn):
+    """A tiered session's model: no run waits for a shape's build; a later run at that shape uses it."""
+    import threading
+    import time
+
+    mod, m = cnn
+    gate = threading.Event()
+    build = _aot_build(mod)
+    per_shape = ShapeSpecialized(mod, m.runner, lambda shapes: gate.wait(60) and build(shapes))
+    per_shape.background = True
+    x = _image(5, seed=5)
+    want = kiln.evaluate(mod, {"image": x})[0]
+    np.testing.assert_allclose(per_shape.run({"image": x})[0], want, rtol=1e-4, atol=1e-6)  # the build is held
+    assert not per_shape.built and per_shape.builds == 1
+    gate.set()
+    deadline = time.monotonic() + 120
+    while not per_shape.built and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(per_shape.built) == [((5, 3, 6, 6),)] and per_shape.builds == 1
+    np.testing.assert_allclose(per_shape.run({"image": x})[0], want, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,78 @@
+"""The generic tier: a model run op by op on Kiln's shape-generic kernels, with no model-specific compile.
+
+A session answers its first runs here while the model's own kernels compile (kiln.runtime.tiers). The
+graph is the imported one (no passes: they would cost the seconds this tier exists to save); the
+reference interpreter walks it, and each call of an operator the generic kernels cover
+(kiln.runtime.generic_ops) runs there, others on the operator's numpy reference. Never ONNX Runtime.
+Runs may overlap: each has its own interpreter scope, and the shared cache holds only values derived
+from constants.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from kiln.codegen import generic_library
+from kiln.ir.expr import Call, Expr, Op, TupleGetItem, children
+from kiln.ir.module import IRModule
+from kiln.ir.visitor import post_order
+from kiln.op.interpreter import Interpreter, Scope, evaluate
+from kiln.runtime.generic_ops import GENERIC_OPS
+from kiln.target import Target
+
+
+def _whole_uses(root: Expr) -> set[int]:
+    """Ids of the calls some node reads other than through their first tuple field: a max pool among
+    them must compute its Indices, which the generic kernel does not."""
+    whole: set[int] = set()
+    for e in post_order(root):
+        if isinstance(e, TupleGetItem):
+            if e.index != 0:
+                whole.add(id(e.tuple_value))
+            continue
+        whole.update(id(c) for c in children(e))
+    whole.add(id(root))
+    return whole
+
+
+class _GenericInterpreter(Interpreter):
+    """The reference interpreter, with covered calls sent to the generic kernels."""
+
+    def __init__(self, executor: GenericExecutor):
+        super().__init__(executor.mod)
+        self.executor = executor
+
+    def _compute(self, e: Expr, scope: Scope) -> Any:
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            value = self.executor.try_kernel(e, [scope.lookup(a)[1] for a in e.args])
+            if value is not None:
+                return value
+        return super()._compute(e, scope)
+
+
+class GenericExecutor:
+    """Runs an imported IRModule on the generic kernels of `target` (built into the compile cache on
+    first use, per machine and target)."""
+
+    def __init__(self, mod: IRModule, target: Target):
+        self.mod = mod
+        self.target = target
+        self.library: ctypes.CDLL = generic_library.load(target)
+        self._whole = _whole_uses(mod.main.body)
+        self._derived: dict = {}  # (call id, argument) -> a constant argument re-laid out once
+        self.kernel_calls = 0  # calls the generic kernels ran, for tests and status
+
+    def try_kernel(self, call: Call, args: list[Any]) -> Any:
+        """The call's value from the generic kernels, or None where they do not cover it."""
+        handler = GENERIC_OPS.get(call.op.name)
+        if handler is None or (call.op.name == "nn.max_pool" and id(call) in self._whole):
+            return None
+        value = handler(self.library, call, args, self._derived)
+        if value is not None:
+            self.kernel_calls += 1
+        return value
+
+    def run(self, feeds: dict[str, Any]) -> list[Any]:
+        """The outputs of `main` on named inputs (checked as the interpreter checks them)."""
+        return evaluate(self.mod, feeds, _GenericInterpreter(self))
