@@ -122,8 +122,9 @@ def _absorb_epilogue(step: Step, users: dict[int, list[Expr]], absorbed: set[int
     while True:
         tail = step.result
         next_users = users.get(id(tail), [])
-        if len(next_users) != 1 or not isinstance(next_users[0], Call) or id(next_users[0]) in absorbed:
-            return
+        if (len(next_users) != 1 or next_users[0] is tail or not isinstance(next_users[0], Call)
+                or id(next_users[0]) in absorbed):
+            return  # `tail is its own user`: it is the function's result, which stays visible
         user = next_users[0]
         piece = _epilogue_piece(user, tail, channels)
         if piece is None:
