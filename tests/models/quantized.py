@@ -37,7 +37,7 @@ def static_qdq(model: onnx.ModelProto, tmp: Path, name: str, fmt: QuantFormat = 
     activations and per-channel int8 weights."""
     src, pre, out = tmp / f"{name}.onnx", tmp / f"{name}_pre.onnx", tmp / f"{name}_int8.onnx"
     onnx.save(model, src)
-    quant_pre_process(str(src), str(pre))
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)  # static shapes: no sympy needed
     quantize_static(str(pre), str(out), _Batches([feeds(model, s) for s in range(4)]), quant_format=fmt,
                     per_channel=True)
     return out

@@ -79,8 +79,8 @@ def test_a_request_priority_overrides_its_models(sched, chain):
 
 
 def test_rt_on_fewer_cores_than_the_machine_leaves_be_the_rest_and_both_answer_right(chain):
-    """Padding: the BE run moves to the core RT leaves and goes on beside the RT run, so having
-    started first it ends first (without padding it would wait for the RT run)."""
+    """Padding: the BE run moves to the core RT leaves and goes on beside the RT runs, so it ends
+    before the second of two RT runs of its own length (without padding it would wait for both)."""
     cm, feeds = chain
     s = ReefScheduler(cores=2)
     s.add("rt", cm, ModelConfig(priority=Priority.RT, cores=1))
@@ -90,9 +90,10 @@ def test_rt_on_fewer_cores_than_the_machine_leaves_be_the_rest_and_both_answer_r
         be_at = _done_at(fb)
         _running(fb)
         time.sleep(IN_FLIGHT_S)
-        fr = s.submit(InferRequest("rt", feeds(2)))
-        rt_at = _done_at(fr)
-        assert np.array_equal(fr.result(20)["y"], cm.run(feeds(2))[0])
+        rts = [s.submit(InferRequest("rt", feeds(i))) for i in (2, 3)]
+        rt_at = _done_at(rts[1])
+        for i, fr in zip((2, 3), rts):
+            assert np.array_equal(fr.result(20)["y"], cm.run(feeds(i))[0])
         assert np.array_equal(fb.result(20)["y"], cm.run(feeds(1))[0])
         assert be_at[0] < rt_at[0] and s.stats()["be"].preemptions == 1
     finally:
