@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 
 def model(nodes, inputs, outputs, inits=(), opset: int = 21, ir_version: int = 10) -> onnx.ModelProto:
@@ -55,3 +55,18 @@ def op_names(mod: Any) -> list[str]:
     from kiln.ir.visitor import post_order
 
     return [getattr(e.op, "name", "") for f in mod.functions.values() for e in post_order(f) if isinstance(e, Call)]
+
+
+def matmul_chain(layers: int = 16, rows: int = 256, width: int = 512) -> onnx.ModelProto:
+    """x -> (MatMul, Relu) x layers, fixed-seed weights: 16 GEMMs of 256x512x512 are 2.1 GFLOP, tens of ms on
+    two cores, long enough that a cancel or an RT request a millisecond in lands mid-run."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    return model(nodes, [("x", F, [rows, width])], [("y", F, [rows, width])], inits)

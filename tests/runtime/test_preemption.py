@@ -9,34 +9,19 @@ import time
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
 
 import kiln
 from kiln.runtime.run_handle import RunState
 from kiln.target import Target
-from tests.helpers import F, model
+from tests.helpers import matmul_chain
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 LAYERS, ROWS, WIDTH = 16, 256, 512  # 16 GEMMs of 256x512x512: 2.1 GFLOP, tens of ms on two cores
 
 
-def matmul_chain():
-    """x -> (MatMul, Relu) x LAYERS: long enough that a cancel a millisecond in lands mid-run."""
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(LAYERS):
-        w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
-                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
-        prev = f"r{i}"
-    nodes.append(helper.make_node("Identity", [prev], ["y"]))
-    return model(nodes, [("x", F, [ROWS, WIDTH])], [("y", F, [ROWS, WIDTH])], inits)
-
-
 @pytest.fixture(scope="module")
 def chain():
-    cm = kiln.build(matmul_chain(), target=dataclasses.replace(Target.host(), threading="kiln"))
+    cm = kiln.build(matmul_chain(LAYERS, ROWS, WIDTH), target=dataclasses.replace(Target.host(), threading="kiln"))
     assert cm.executor == "aot"
     x = np.random.default_rng(1).standard_normal((ROWS, WIDTH)).astype(np.float32)
     return cm, {"x": x}, cm.run({"x": x})

@@ -6,12 +6,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
 
 import kiln
 from kiln.models import mlp
 from kiln.target import Target
-from tests.helpers import F, model
+from tests.helpers import matmul_chain
 
 LAYERS, ROWS, WIDTH = 16, 256, 512  # 16 GEMMs of 256x512x512: 20+ ms on two cores
 
@@ -20,23 +19,10 @@ def kiln_target() -> Target:
     return dataclasses.replace(Target.host(), threading="kiln")
 
 
-def matmul_chain():
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(LAYERS):
-        w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
-                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
-        prev = f"r{i}"
-    nodes.append(helper.make_node("Identity", [prev], ["y"]))
-    return model(nodes, [("x", F, [ROWS, WIDTH])], [("y", F, [ROWS, WIDTH])], inits)
-
-
 @pytest.fixture(scope="session")
 def chain():
     """(model, a function making feeds from a seed)"""
-    cm = kiln.build(matmul_chain(), target=kiln_target())
+    cm = kiln.build(matmul_chain(LAYERS, ROWS, WIDTH), target=kiln_target())
     assert cm.executor == "aot"
     return cm, lambda seed: {"x": np.random.default_rng(seed).standard_normal((ROWS, WIDTH)).astype(np.float32)}
 
