@@ -19,6 +19,12 @@ A rule folds into a qgemm only when that qgemm has no other user. Weights are pa
 the micro-kernel the target's CPU has; weights whose zero point moves them out of int8 stay as they
 were. PassContext.config["int8_ops.kernel"] forces a micro-kernel the target has (avx2_split where avx2 would
 be chosen, to compare them).
+
+By default the pass rewrites only for a CPU with AVX-512 VNNI. On AVX2 alone the integer path is slower
+than the float one end to end (measured, 2 threads, AMD EPYC, ORT-quantized QDQ files: resnet18 43.0 vs
+24.5 ms, mobilenet_v2 21.7 vs 18.8 ms): vpmaddubsw's saturation forces the split kernel on full-range
+weights, and im2col, the NHWC transposes and the float ops between QDQ pairs cost more than the GEMM
+saves. `int8_ops.avx2=True` turns the AVX2 kernels on.
 """
 
 from __future__ import annotations
@@ -89,13 +95,14 @@ KERNEL_FEATURES = {"vnni": frozenset({"avx512_vnni", "avx512bw", "avx512f"}), "a
                    "avx2_split": frozenset({"avx2"})}
 
 
-def choose_kernel(w: np.ndarray, target: Target, forced: str | None) -> str | None:
-    """The micro-kernel for these weights on `target` (None: the CPU has no int8 dot product Kiln uses)."""
+def choose_kernel(w: np.ndarray, target: Target, forced: str | None, avx2: bool = False) -> str | None:
+    """The micro-kernel for these weights on `target` (None: the CPU has no int8 dot product Kiln uses, or
+    only AVX2's and `avx2` is off: see the module doc)."""
     if forced is not None:
         return forced
     if KERNEL_FEATURES["vnni"] <= target.features:
         return "vnni"
-    if "avx2" in target.features:
+    if avx2 and "avx2" in target.features:
         return "avx2" if pairs_fit_s16(w) else "avx2_split"
     return None
 
@@ -366,12 +373,13 @@ RULES = {
 }
 
 
-@function_pass("int8-ops", opt_level=2, config=("int8_ops.kernel",))
+@function_pass("int8-ops", opt_level=2, config=("int8_ops.kernel", "int8_ops.avx2"))
 def int8_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
     """Quantized matmul/gemm patterns -> quant.qgemm on the target's int8 micro-kernel."""
     forced = ctx.config.get("int8_ops.kernel")
+    avx2 = bool(ctx.config.get("int8_ops.avx2", False))
     _check_forced(forced, ctx.target)
-    if forced is None and choose_kernel(np.zeros((1, 1), np.int8), ctx.target, None) is None:
+    if forced is None and choose_kernel(np.zeros((1, 1), np.int8), ctx.target, None, avx2) is None:
         return fn
     uses = Counter(id(c) for e in post_order(fn.body) for c in children(e))
 
@@ -385,6 +393,6 @@ def int8_ops(fn: Function, mod: IRModule, ctx: PassContext) -> Function:
         q = rule(new, QGemm.of(new.args[grown[0]]) if grown else None)
         if q is None:
             return new
-        return q.call(choose_kernel(q.w, ctx.target, forced))  # type: ignore[arg-type]
+        return q.call(choose_kernel(q.w, ctx.target, forced, avx2))  # type: ignore[arg-type]
 
     return rewrite(fn, post)

@@ -18,13 +18,15 @@ from kiln.models.mlp import mlp
 from kiln.models.mobilenet import mobilenet_v2
 from tests.models.quantized import dynamic, feeds, static_qdq
 
+AVX2 = {"int8_ops.avx2": True}  # the AVX2 kernels on too (off by default: kiln/transform/int8_ops.py says why)
+
 
 def _compare(path, seed: int = 7) -> tuple[float, float, int]:
     """(max |Kiln - ORT|, max |ORT|, qgemm kernels) on one random input."""
     model = onnx.load(path)
     x = feeds(model, seed)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
-    built = kiln.build(str(path))
+    built = kiln.build(str(path), pass_config=AVX2)
     got = np.asarray(built.run(x)[0])
     return float(np.abs(got - want).max()), float(np.abs(want).max()), text(built.mod).count("quant.qgemm(")
 
@@ -67,7 +69,7 @@ def test_dynamic_bert_encoder_matches_ort(tmp_path):
     path = dynamic(bert_tiny(batch=1, seq=16), tmp_path, "bert")
     x = feeds(onnx.load(path), 7)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
-    built = kiln.build(str(path))
+    built = kiln.build(str(path), pass_config=AVX2)
     got = np.asarray(built.run(x)[0])
     plain = np.asarray(kiln.build(str(path), disabled_passes=["int8-ops"]).run(x)[0])
     assert text(built.mod).count("quant.qgemm(") >= 12

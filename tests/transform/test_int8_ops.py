@@ -17,6 +17,7 @@ from kiln.transform.infra import PassContext
 from kiln.transform.int8_ops import choose_kernel
 
 RNG = np.random.default_rng(0)
+AVX2 = {"int8_ops.avx2": True}  # the AVX2 kernels on too (off by default: kiln/transform/int8_ops.py says why)
 
 
 def _model(nodes, inputs, outputs, inits):
@@ -40,12 +41,12 @@ def _qdq_matmul(w: np.ndarray, w_zp: np.ndarray, x_dtype=TensorProto.UINT8, with
 
 
 def _qgemms(model, target: str | None = None) -> int:
-    ctx = PassContext(opt_level=3, target=Target.parse(target) if target else Target.host())
+    ctx = PassContext(opt_level=3, target=Target.parse(target) if target else Target.host(), config=AVX2)
     return text(fuse(kiln.from_onnx(model), 3, ctx)).count("quant.qgemm(")
 
 
 def _same_as_float_path(model, x: np.ndarray) -> None:
-    got = kiln.build(model).run({"x": x})
+    got = kiln.build(model, pass_config=AVX2).run({"x": x})
     plain = kiln.build(model, disabled_passes=["int8-ops"]).run({"x": x})
     for g, p in zip(got, plain):
         assert np.abs(np.asarray(g).astype(np.float64) - np.asarray(p).astype(np.float64)).max() <= 1 + 1e-3 * abs(
@@ -56,7 +57,7 @@ def _within_one_lsb_of_ort(model, x: np.ndarray) -> None:
     """Against ONNX Runtime: on AVX2 without VNNI its uint8 x int8 kernel saturates vpmaddubsw (off by tens
     of LSB on full-range weights), so tests that use this keep weights in 7 bits, where ORT is exact."""
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = np.asarray(kiln.build(model).run({"x": x})[0])
+    got = np.asarray(kiln.build(model, pass_config=AVX2).run({"x": x})[0])
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
 
 
@@ -75,7 +76,7 @@ def test_int8_activations():
 def test_a_product_with_another_user_keeps_its_float_output():
     model = _qdq_matmul(RNG.integers(-128, 128, (13, 7)).astype(np.int8), np.zeros(7, np.int8),
                         with_second_user=True)
-    fused = text(fuse(kiln.from_onnx(model), 3, PassContext(opt_level=3)))
+    fused = text(fuse(kiln.from_onnx(model), 3, PassContext(opt_level=3, config=AVX2)))
     assert fused.count("quant.qgemm(") == 1 and "quant.quantize_linear" in fused
     _same_as_float_path(model, RNG.integers(0, 256, (5, 13)).astype(np.uint8))
 
@@ -141,8 +142,9 @@ def test_kernel_choice_follows_the_cpu_and_the_weights():
     small, large = np.full((4, 2), 64, np.int8), np.full((4, 2), 127, np.int8)
     avx2 = Target.parse("c -arch=x86_64 -features=avx,avx2,fma")
     vnni = Target.parse("c -arch=x86_64 -features=avx,avx2,fma,avx512f,avx512bw,avx512_vnni")
-    assert choose_kernel(small, avx2, None) == "avx2"
-    assert choose_kernel(large, avx2, None) == "avx2_split"
+    assert choose_kernel(small, avx2, None, avx2=True) == "avx2"
+    assert choose_kernel(large, avx2, None, avx2=True) == "avx2_split"
+    assert choose_kernel(small, avx2, None) is None  # AVX2's integer path is off unless asked for
     assert choose_kernel(large, vnni, None) == "vnni"
     assert choose_kernel(small, Target.parse("c -arch=x86_64 -features=sse2"), None) is None
 
@@ -150,7 +152,7 @@ def test_kernel_choice_follows_the_cpu_and_the_weights():
 def test_an_exported_int8_model_loads_and_runs_the_same(tmp_path):
     model = _qdq_matmul(RNG.integers(-128, 128, (13, 7)).astype(np.int8), np.zeros(7, np.int8))
     x = {"x": RNG.integers(0, 256, (5, 13)).astype(np.uint8)}
-    built = kiln.build(model)
+    built = kiln.build(model, pass_config=AVX2)
     built.export(tmp_path / "m")
     np.testing.assert_array_equal(kiln.load(tmp_path / "m").run(None, x)[0], built.run(x)[0])
 
