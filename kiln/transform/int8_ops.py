@@ -164,23 +164,37 @@ def _activation(e: Expr) -> tuple[Expr, Expr, Expr] | None:
     return x, Constant(np.asarray(int(zero), x.type.dtype)), Constant(np.float32(s))
 
 
-def _weight(e: Expr, column_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(W - zero point as int8, scale per column) of DequantizeLinear(constant 2-D W)."""
+def _dequantized_const(e: Expr, ndim: int, channel_axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(W, scale, zero point) of DequantizeLinear(constant W of rank `ndim`), per tensor or per channel
+    along `channel_axis`; None for any other expression."""
     if not _is(e, "quant.dequantize_linear") or e.attrs.block_size:
         return None
     w, scale = _const(e.args[0]), _const(e.args[1])
     zp = _const(e.args[2]) if len(e.args) > 2 and not is_absent(e.args[2]) else np.zeros(1, np.int64)
-    if w is None or scale is None or zp is None or w.ndim != 2 or w.dtype.name not in _ACTS:
+    if w is None or scale is None or zp is None or w.ndim != ndim or w.dtype.name not in _ACTS:
         return None
-    n = w.shape[column_axis]
-    if scale.size != 1 and (scale.size != n or e.attrs.axis % 2 != column_axis):
+    if scale.size != 1 and (scale.size != w.shape[channel_axis] or e.attrs.axis % ndim != channel_axis):
         return None
-    shape = (1, n) if column_axis == 1 else (n, 1)
-    shifted = w.astype(np.int32) - (zp.reshape(shape) if zp.size > 1 else zp.reshape(()).astype(np.int32))
+    return w, scale, zp
+
+
+def _as_int8(shifted: np.ndarray, scale: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(shifted W as int8, scale per channel), None when the zero point moved W out of int8."""
     if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
         return None
-    shifted = shifted if column_axis == 1 else shifted.T
     return shifted.astype(np.int8), np.broadcast_to(scale.reshape(-1).astype(np.float32), (n,)).copy()
+
+
+def _weight(e: Expr, column_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W - zero point as int8, scale per column) of DequantizeLinear(constant 2-D W)."""
+    found = _dequantized_const(e, 2, column_axis)
+    if found is None:
+        return None
+    w, scale, zp = found
+    n = w.shape[column_axis]
+    shape = (1, n) if column_axis == 1 else (n, 1)
+    shifted = w.astype(np.int32) - (zp.reshape(shape) if zp.size > 1 else zp.reshape(()).astype(np.int32))
+    return _as_int8(shifted if column_axis == 1 else shifted.T, scale, n)
 
 
 def _product(a: Expr, w: tuple[np.ndarray, np.ndarray] | None) -> QGemm | None:
@@ -258,19 +272,12 @@ def _qlinear_conv(call: Call, grow: QGemm | None) -> QGemm | None:
 
 def _weight_4d(e: Expr) -> tuple[np.ndarray, np.ndarray] | None:
     """(W - zero point as int8 [Co, C, kh, kw], scale per output channel) of DequantizeLinear(constant W)."""
-    if not _is(e, "quant.dequantize_linear") or e.attrs.block_size:
+    found = _dequantized_const(e, 4, 0)
+    if found is None:
         return None
-    w, scale = _const(e.args[0]), _const(e.args[1])
-    zp = _const(e.args[2]) if len(e.args) > 2 and not is_absent(e.args[2]) else np.zeros(1, np.int64)
-    if w is None or scale is None or zp is None or w.ndim != 4 or w.dtype.name not in _ACTS:
-        return None
-    co = w.shape[0]
-    if scale.size != 1 and (scale.size != co or e.attrs.axis % 4 != 0):
-        return None
+    w, scale, zp = found
     shifted = w.astype(np.int32) - (zp.reshape(-1, 1, 1, 1).astype(np.int32) if zp.size > 1 else int(zp.reshape(-1)[0]))
-    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
-        return None
-    return shifted.astype(np.int8), np.broadcast_to(scale.reshape(-1).astype(np.float32), (co,)).copy()
+    return _as_int8(shifted, scale, w.shape[0])
 
 
 def _mat_mul_integer(call: Call, grow: QGemm | None) -> QGemm | None:
