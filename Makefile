@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 JOBS ?= 2
 
-.PHONY: demo test test-slow fuzz conformance conformance-compiled bench bench-wide bench-gemm limits lint clean check-tools
+.PHONY: demo test test-slow test-ray fuzz conformance conformance-compiled bench bench-wide bench-gemm limits lint clean check-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kiln needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -33,6 +33,11 @@ fuzz: check-tools $(STAMP)
 # long suites: slow models and sweeps
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS) -m slow -p no:cacheprovider
+
+# Kiln on Ray (issue 29): tests that start a local Ray cluster themselves, one process at a time
+test-ray: check-tools $(STAMP)
+	$(PY) -m pip install -q -e '.[test,ray]'
+	$(PY) -m pytest -q -n 0 -m ray -p no:cacheprovider
 
 # per-op conformance tables with the shared scorer (needs ../shared beside the checkout)
 conformance: $(STAMP)

@@ -137,3 +137,8 @@ class ServerClosedError(ServeError):
     """The dispatcher was closed: it takes no more requests, and without draining fails the queued ones."""
 
     status = 503
+
+
+class DistributedError(KilnError):
+    """A distributed run (kiln.distributed on Ray) failed: Ray missing, a cluster unreachable, a stage or replica
+    that could not be built, loaded or kept alive."""
