@@ -5,7 +5,8 @@ TCP_NODELAY: uvicorn leaves sockets to asyncio, whose socket transport sets TCP_
 connection only when its socket says protocol IPPROTO_TCP (asyncio.base_events._set_nodelay); the
 listening socket is made with that protocol so that every accepted one has it. Without it uvicorn's
 two writes per response (head, then body) meet Nagle and delayed ACK: 40 ms per request.
-Shutdown: uvicorn stops accepting, closes idle keep-alive connections and waits for requests in
+Shutdown: uvicorn stops accepting, reads requests already waiting on idle connections
+(kiln.serve.graceful), closes idle keep-alive connections and waits for requests in
 flight (each awaits its dispatcher Future, so every queued request is answered); then the
 dispatcher is closed with drain. uvicorn re-raises the signal it caught once it is done; the
 handlers installed here make that a no-op so that a clean shutdown exits with status 0.
@@ -47,16 +48,18 @@ def make_dispatcher(name: str) -> Dispatcher:
 
 def uvicorn_server(app: KilnApp, sock: socket.socket | None = None, host: str = "127.0.0.1",
                    port: int = 8000) -> Any:
-    """A uvicorn.Server for `app` on `sock` when given, else on host:port; access log off (the app logs
-    one JSON line per request at debug level instead)."""
+    """A uvicorn server (DrainingServer) for `app` on `sock` when given, else on host:port; access log off
+    (the app logs one JSON line per request at debug level instead)."""
     try:
         import httptools  # noqa: F401 - uvicorn imports it only once running: a traceback there
         import uvicorn
     except ModuleNotFoundError:
         raise KilnError("kiln serve needs uvicorn and httptools: pip install kiln[serve]") from None
+    from kiln.serve.graceful import DrainingServer
+
     config = uvicorn.Config(app, host=host, port=port, http="httptools", loop="asyncio", lifespan="off",
                             access_log=False, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
-    return uvicorn.Server(config)
+    return DrainingServer(config)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
