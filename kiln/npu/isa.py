@@ -17,7 +17,7 @@ import numpy as np
 UNITS = ("load", "compute", "store")
 BUFFERS = ("inp", "wgt", "acc", "aux")
 CHANNELS = (("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute"))
-ALU_OPS = ("add", "mul", "max", "min", "shr")
+ALU_OPS = ("add", "mul", "max", "min", "shr", "fmul", "fdiv", "round")
 POOL_OPS = ("max", "avg")
 
 
@@ -77,7 +77,9 @@ class DepthwiseMac:
 class Alu:
     """acc[acc_slot] = acc[acc_slot] `op` operand on the vector unit; the operand is the immediate `imm` or
     the tile in aux slot `aux_slot` (broadcast: a (1, 1, C) tile is one value per channel). `shr` is an
-    arithmetic shift right rounding half up (int requantization)."""
+    arithmetic shift right rounding half up (int requantization). `fmul` / `fdiv` compute in float32 (an
+    int32 accumulator converted first) and `round` returns to int32, half to even: with them the vector unit
+    requantizes exactly as ONNX's DequantizeLinear / QuantizeLinear do; the other ops keep the tile's type."""
 
     op: str
     acc_slot: int

@@ -153,7 +153,7 @@ class _State:
             self.layouts[ins.slot] = (pitch, row_pitch)
         self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
         if self.functional:
-            tile = np.full(ins.size, ins.fill, dtype=src.dtype)
+            tile = np.full(ins.size, _fill(ins.fill, src.dtype), dtype=src.dtype)
             if inside:
                 region = tuple(slice(low, h) for low, h in zip(lo, hi))
                 dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
@@ -237,7 +237,14 @@ class _State:
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:
-    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would)."""
+    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would); the float
+    ops (fmul, fdiv) turn an int32 tile into float32 and `round` turns it back."""
+    if op in ("fmul", "fdiv"):
+        a, f = acc.astype(np.float32), np.asarray(operand).astype(np.float32)
+        return a * f if op == "fmul" else a / f
+    if op == "round":
+        return np.rint(acc).astype(np.int32)
+    dtype = acc.dtype if acc.dtype.kind == "f" else dtype
     b = np.asarray(operand).astype(dtype)
     if op == "add":
         return (acc + b).astype(dtype)
@@ -258,3 +265,11 @@ def _cast(tile: np.ndarray, dtype: np.dtype) -> np.ndarray:
         info = np.iinfo(dtype)
         return np.clip(tile, info.min, info.max).astype(dtype)
     return tile.astype(dtype)
+
+
+def _fill(value: float, dtype: np.dtype) -> float | int:
+    """A load's fill in the tensor's type: integers saturate (a max pool's -inf padding is int8's -128)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(np.clip(value, info.min, info.max))
+    return value

@@ -1,0 +1,129 @@
+"""An int8 step (int8_placement.py) to an NpuKernel: int8 weights on the matrix unit, int32 accumulators,
+and the requantization on the vector unit as the ONNX operators it replaces compute it.
+
+The input's zero point: the matrix unit multiplies the stored int8 values x' (not x' - zp), so the
+accumulator holds sum(x' * w) and the epilogue adds the compensation -zp * sum(w) per output channel
+(exact in int32). Padding must then read as zp, not 0, for the compensation to cancel it: the program's
+input loads fill with the zero point. After it, DequantizeLinear is `fmul` by x_scale * w_scale[c]
+(float32), the float bias and activations follow in float32, and QuantizeLinear is `fdiv` by y_scale,
+`round` (half to even), the zero point added and int8 saturation: the interpreter's own steps in its order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kiln.ir.expr import Constant
+from kiln.npu import tiling
+from kiln.npu.config import NpuConfig
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp
+from kiln.npu.int8_placement import ActQuant, Int8Step
+from kiln.npu.isa import Load, Program
+from kiln.npu.kernel import NpuKernel
+from kiln.npu.lower_conv import ALL_ON, Options, lower_conv
+from kiln.npu.lower_vector import lower_pool
+
+INT8_RANGE = (-128, 127)
+
+
+def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = ALL_ON,
+               tiling_mode: str = "cost-model") -> NpuKernel:
+    """The kernel of an int8 step."""
+    if step.kind == "pool":
+        return _pool(step, name, config, options)
+    spec, wgt, scale = _conv(step) if step.kind == "conv" else _dense(step)
+    constants = {"wgt": wgt}
+    epilogue = _accumulator_ops(step, wgt, scale, constants) + stage_ops(step.stages)
+    choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
+    tile = choose(spec, config, options, tuple(epilogue))
+    program = _padded_with(lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options),
+                           step.x.zero_point)
+    kind = "depthwise" if spec.depthwise else step.kind
+    return NpuKernel(name, kind, program, spec, tile, constants, {"inp": step.source},
+                     (spec.n, spec.out_h, spec.out_w, spec.cout), tuple(epilogue))
+
+
+def _conv(step: Int8Step) -> tuple[ConvSpec, np.ndarray, np.ndarray]:
+    """The spec, weights (KH, KW, Cin, Cout) int8 and weight scale per output channel of a convolution."""
+    call = step.anchor
+    n, cin, h, w = call.args[0].type.shape
+    values = step.weight.values
+    cout, _, kh, kw = values.shape
+    pads = tuple(call.attrs.pads or (0, 0, 0, 0))
+    spec = ConvSpec(n, h, w, cin, cout, kh, kw, (call.attrs.strides or (1, 1))[0],
+                    (pads[0], pads[1], pads[2], pads[3]), "int8", depthwise=call.attrs.group > 1)
+    return spec, np.ascontiguousarray(values.transpose(2, 3, 1, 0)), step.weight.scale[:, 0, 0, 0]
+
+
+def _dense(step: Int8Step) -> tuple[ConvSpec, np.ndarray, np.ndarray]:
+    """A gemm / matmul as a 1x1 convolution over a row of M pixels: weights (1, 1, K, N)."""
+    call = step.anchor
+    m, k = call.args[0].type.shape
+    transposed = call.op.name == "linalg.gemm" and call.attrs.transB
+    values, scale = step.weight.values, step.weight.scale
+    weights, per_column = (values.T, scale[:, 0]) if transposed else (values, scale[0, :])
+    spec = ConvSpec(1, 1, m, k, weights.shape[1], 1, 1, 1, (0, 0, 0, 0), "int8")
+    return spec, np.ascontiguousarray(weights).reshape(1, 1, k, -1), per_column
+
+
+def _accumulator_ops(step: Int8Step, wgt: np.ndarray, scale: np.ndarray,
+                     constants: dict[str, np.ndarray]) -> list[EpilogueOp]:
+    """The zero point's compensation, the dequantization of the accumulators and the float bias."""
+    cout = wgt.shape[-1]
+    ops = []
+    compensation = -step.x.zero_point * wgt.astype(np.int64).sum(axis=(0, 1, 2))
+    if np.any(compensation):
+        constants["comp"] = compensation.astype(np.int32).reshape(1, 1, 1, cout)
+        ops.append(EpilogueOp("add", tensor="comp", per_channel=True))
+    constants["mult"] = (np.float64(step.x.scale) * scale.astype(np.float64)).astype(np.float32).reshape(1, 1, 1, cout)
+    ops.append(EpilogueOp("fmul", tensor="mult", per_channel=True))
+    call = step.anchor
+    if len(call.args) > 2 and isinstance(call.args[2], Constant):
+        constants["bias"] = np.broadcast_to(call.args[2].data.reshape(-1), (cout,)).reshape(1, 1, 1, cout).copy()
+        ops.append(EpilogueOp("add", tensor="bias", per_channel=True))
+    return ops
+
+
+def stage_ops(stages: list[tuple[str, object]]) -> list[EpilogueOp]:
+    """Vector-unit ops of the steps after the accumulation: float bounds, QuantizeLinear, DequantizeLinear."""
+    ops: list[EpilogueOp] = []
+    for kind, value in stages:
+        if kind in ("max", "min"):
+            ops.append(EpilogueOp(kind, imm=float(value)))  # type: ignore[arg-type]
+        elif kind == "q":
+            ops += _quantize(value)  # type: ignore[arg-type]
+        else:
+            ops += _dequantize(value)  # type: ignore[arg-type]
+    return ops
+
+
+def _quantize(q: ActQuant) -> list[EpilogueOp]:
+    ops = [EpilogueOp("fdiv", imm=q.scale), EpilogueOp("round")]
+    ops += [EpilogueOp("add", imm=q.zero_point)] if q.zero_point else []
+    return ops + [EpilogueOp("max", imm=INT8_RANGE[0]), EpilogueOp("min", imm=INT8_RANGE[1])]
+
+
+def _dequantize(q: ActQuant) -> list[EpilogueOp]:
+    return ([EpilogueOp("add", imm=-q.zero_point)] if q.zero_point else []) + [EpilogueOp("fmul", imm=q.scale)]
+
+
+def _padded_with(program: Program, zero_point: int) -> Program:
+    """`program` with its input tiles' padding read as the input's zero point."""
+    if not zero_point:
+        return program
+    program.instructions = [dataclasses.replace(i, fill=zero_point) if isinstance(i, Load) and i.buf == "inp" else i
+                            for i in program.instructions]
+    return program
+
+
+def _pool(step: Int8Step, name: str, config: NpuConfig, options: Options) -> NpuKernel:
+    call = step.anchor
+    n, c, h, w = call.args[0].type.shape
+    kh, kw = call.attrs.kernel_shape
+    pads = tuple(call.attrs.pads or (0, 0, 0, 0))
+    spec = ConvSpec(n, h, w, c, c, kh, kw, (call.attrs.strides or (1, 1))[0], (pads[0], pads[1], pads[2], pads[3]),
+                    "int8")
+    program = lower_pool(name, "max", spec, ("inp", "out"), config, options.double_buffer)
+    return NpuKernel(name, "pool", program, spec, None, {}, {"inp": step.source}, (n, spec.out_h, spec.out_w, c))
