@@ -7,6 +7,8 @@ accumulator holds sum(x' * w) and the epilogue adds the compensation -zp * sum(w
 input loads fill with the zero point. After it, DequantizeLinear is `fmul` by x_scale * w_scale[c]
 (float32), the float bias and activations follow in float32, and QuantizeLinear is `fdiv` by y_scale,
 `round` (half to even), the zero point added and int8 saturation: the interpreter's own steps in its order.
+A residual add (DequantizeLinear of another int8 tensor) loads that tensor's tile into the aux buffer,
+dequantizes it there (`Dequantize`) and adds it to the float accumulators.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from kiln.ir.expr import Constant
 from kiln.npu import tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
-from kiln.npu.int8_placement import ActQuant, Int8Step
-from kiln.npu.isa import Load, Program
+from kiln.npu.int8_placement import ActQuant, Int8Step, Residual
+from kiln.npu.isa import Alu, Dequantize, Instruction, Load
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.lower_conv import ALL_ON, Options, lower_conv
 from kiln.npu.lower_vector import lower_pool
 
 INT8_RANGE = (-128, 127)
+RESIDUAL, RESIDUAL_ADD = "res", "add_dequantized"  # the residual operand's DRAM name, its epilogue op
 
 
 def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = ALL_ON,
@@ -38,10 +41,12 @@ def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = 
     epilogue = _accumulator_ops(step, wgt, scale, constants) + stage_ops(step.stages)
     choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
     tile = choose(spec, config, options, tuple(epilogue))
-    program = _padded_with(lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options),
-                           step.x.zero_point)
+    program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
+    residual = next((r for k, r in step.stages if k == "add"), None)
+    program.instructions = _expanded(program.instructions, step.x.zero_point, residual)  # type: ignore[arg-type]
+    operands = {"inp": step.source, **({RESIDUAL: residual.source} if residual else {})}  # type: ignore[union-attr]
     kind = "depthwise" if spec.depthwise else step.kind
-    return NpuKernel(name, kind, program, spec, tile, constants, {"inp": step.source},
+    return NpuKernel(name, kind, program, spec, tile, constants, operands,
                      (spec.n, spec.out_h, spec.out_w, spec.cout), tuple(epilogue))
 
 
@@ -94,6 +99,8 @@ def stage_ops(stages: list[tuple[str, object]]) -> list[EpilogueOp]:
             ops.append(EpilogueOp(kind, imm=float(value)))  # type: ignore[arg-type]
         elif kind == "q":
             ops += _quantize(value)  # type: ignore[arg-type]
+        elif kind == "add":
+            ops.append(EpilogueOp(RESIDUAL_ADD, tensor=RESIDUAL))
         else:
             ops += _dequantize(value)  # type: ignore[arg-type]
     return ops
@@ -109,13 +116,19 @@ def _dequantize(q: ActQuant) -> list[EpilogueOp]:
     return ([EpilogueOp("add", imm=-q.zero_point)] if q.zero_point else []) + [EpilogueOp("fmul", imm=q.scale)]
 
 
-def _padded_with(program: Program, zero_point: int) -> Program:
-    """`program` with its input tiles' padding read as the input's zero point."""
-    if not zero_point:
-        return program
-    program.instructions = [dataclasses.replace(i, fill=zero_point) if isinstance(i, Load) and i.buf == "inp" else i
-                            for i in program.instructions]
-    return program
+def _expanded(instructions: list[Instruction], zero_point: int, residual: Residual | None) -> list[Instruction]:
+    """The lowered instructions with the input tiles' padding read as the input's zero point, and each add
+    of the int8 residual tile preceded by its dequantization."""
+    out: list[Instruction] = []
+    for ins in instructions:
+        if isinstance(ins, Load) and ins.buf == "inp" and zero_point:
+            out.append(dataclasses.replace(ins, fill=zero_point))
+        elif isinstance(ins, Alu) and ins.op == RESIDUAL_ADD and residual is not None:
+            out += [Dequantize(ins.aux_slot, residual.quant.zero_point, residual.quant.scale),
+                    dataclasses.replace(ins, op="add")]
+        else:
+            out.append(ins)
+    return out
 
 
 def _pool(step: Int8Step, name: str, config: NpuConfig, options: Options) -> NpuKernel:

@@ -31,11 +31,22 @@ class ActQuant:
     zero_point: int
 
 
+@dataclass(frozen=True)
+class Residual:
+    """The other addend of a residual add: the quantized tensor `source` and its DequantizeLinear's `quant`."""
+
+    source: Expr
+    quant: ActQuant
+    dequantize: Call  # the DequantizeLinear of `source`
+    add: Call
+
+
 @dataclass
 class Int8Step(Step):
     """An accelerator step computed in integers: `kind` conv, dense or pool; `x` the anchor input's
     quantization, `weight` its int8 weights; `stages` the vector unit's ops after the accumulation:
-    ("max" / "min", float bound), ("q", ActQuant) a QuantizeLinear, ("dq", ActQuant) a DequantizeLinear."""
+    ("max" / "min", float bound), ("q", ActQuant) a QuantizeLinear, ("dq", ActQuant) a DequantizeLinear,
+    ("add", Residual) the addition of another dequantized tensor (at most one per step)."""
 
     kind: str = "conv"
     x: ActQuant | None = None
@@ -52,16 +63,27 @@ def int8_steps(order: list[Call], users: dict[int, list[Expr]], weights: Int8Wei
     """The int8 steps among `order` (calls in post order), each with the input DequantizeLinear calls no
     one else reads hidden (never computed)."""
     steps: list[Step] = []
+    taken: set[int] = set()
     for call in order:
-        step = _pool_step(call, users) or _matrix_step(call, users, weights)
+        step = _pool_step(call, users) or _matrix_step(call, users, weights, taken)
         if step is not None:
             steps.append(step)
-    anchors = {id(s.anchor) for s in steps}
-    for s in steps:
-        dq = s.anchor.args[0]
-        if all(id(u) in anchors for u in users.get(id(dq), [])) and not any(dq is h for t in steps for h in t.hidden):
-            s.hidden.append(dq)
+            taken.update(id(c) for c in step.calls)
+    _hide_dequantizations(steps, users)
     return steps
+
+
+def _hide_dequantizations(steps: list[Step], users: dict[int, list[Expr]]) -> None:
+    """Hide each DequantizeLinear that only int8 steps read, all of them reading its quantized input
+    instead (as a layer's input or a residual): it is never computed."""
+    readers: dict[int, tuple[Call, Step, set[int]]] = {}  # id(dq) -> (dq, a step reading it, the calls that do)
+    for s in steps:
+        pairs = [(s.anchor.args[0], s.anchor)] + [(r.dequantize, r.add) for k, r in s.stages if k == "add"]
+        for dq, reader in pairs:
+            readers.setdefault(id(dq), (dq, s, set()))[2].add(id(reader))
+    for dq, step, by in readers.values():
+        if all(id(u) in by for u in users.get(id(dq), [])):
+            step.hidden.append(dq)
 
 
 def act_quant(call: Expr, op: str) -> ActQuant | None:
@@ -107,7 +129,7 @@ def _pool_shape_ok(call: Call) -> bool:
             and not a.ceil_mode and not any(d != 1 for d in a.dilations or ()))
 
 
-def _matrix_step(call: Call, users: dict[int, list[Expr]], weights: Int8Weights) -> Step | None:
+def _matrix_step(call: Call, users: dict[int, list[Expr]], weights: Int8Weights, taken: set[int]) -> Step | None:
     """A conv / gemm / matmul of a DequantizeLinear and int8 weights, up to the QuantizeLinear behind it."""
     kind = _matrix_kind(call)
     x = act_quant(call.args[0], "quant.dequantize_linear") if kind else None
@@ -115,9 +137,9 @@ def _matrix_step(call: Call, users: dict[int, list[Expr]], weights: Int8Weights)
     if weight is None or not _per_output_channel(weight, call):
         return None
     step = Int8Step("npu", [call], kind=kind, x=x, weight=weight)
-    if not _grow(step, users, first=True):
+    if not _grow(step, users, taken, first=True):
         return None
-    while _grow(step, users, first=False):
+    while _grow(step, users, taken, first=False):
         pass
     return step
 
@@ -159,10 +181,12 @@ def _per_output_channel(weight: Int8Weight, call: Call) -> bool:
     return bool(np.all(weight.scale == first)) and bool(np.all(first > 0))
 
 
-def _grow(step: Int8Step, users: dict[int, list[Expr]], first: bool) -> bool:
-    """Extend `step` by [DequantizeLinear ->] relu / clip ... -> QuantizeLinear (the first time without the
-    DequantizeLinear); False, `step` unchanged, when the chain does not end in a QuantizeLinear."""
-    calls, stages = [], []
+def _grow(step: Int8Step, users: dict[int, list[Expr]], taken: set[int], first: bool) -> bool:
+    """Extend `step` by [DequantizeLinear -> (residual add) ->] relu / clip ... -> QuantizeLinear (the first
+    time without the DequantizeLinear); False, `step` unchanged, when the chain does not end in a
+    QuantizeLinear or reaches a call an earlier step took."""
+    calls: list[Call] = []
+    stages: list[tuple[str, object]] = []
     tail = step.result
     if not first:
         user = _single_user(tail, users)
@@ -172,6 +196,12 @@ def _grow(step: Int8Step, users: dict[int, list[Expr]], first: bool) -> bool:
         calls.append(user)
         stages.append(("dq", dq))
         tail = user
+        add = _single_user(tail, users)
+        residual = None if any(k == "add" for k, _ in step.stages) else _residual(add, tail)
+        if residual is not None:
+            calls.append(add)
+            stages.append(("add", residual))
+            tail = add
     while True:
         user = _single_user(tail, users)
         bounds = _activation(user, tail)
@@ -181,11 +211,22 @@ def _grow(step: Int8Step, users: dict[int, list[Expr]], first: bool) -> bool:
         stages += bounds
         tail = user
     q = act_quant(user, "quant.quantize_linear")
-    if q is None:
+    if q is None or any(id(c) in taken for c in (*calls, user)):
         return False
     step.calls += [*calls, user]
     step.stages += [*stages, ("q", q)]
     return True
+
+
+def _residual(add: Call | None, tail: Expr) -> Residual | None:
+    """`add` of `tail` and another DequantizeLinear of the same shape, as the other addend; else None."""
+    if getattr(getattr(add, "op", None), "name", None) != "math.add" or len(add.args) != 2:
+        return None
+    other = add.args[1] if add.args[0] is tail else add.args[0]
+    quant = act_quant(other, "quant.dequantize_linear")
+    if quant is None or other is tail or not (other.type == tail.type == add.type):
+        return None
+    return Residual(other.args[0], quant, other, add)
 
 
 def _activation(user: Call | None, tail: Expr) -> list[tuple[str, object]] | None:

@@ -89,6 +89,17 @@ class Alu:
 
 
 @dataclass(frozen=True)
+class Dequantize:
+    """aux[aux_slot] = float32(aux[aux_slot] - zero_point) * scale on the vector unit: an int8 operand tile (a
+    residual) made the float32 values DequantizeLinear gives, for an Alu that adds it to the accumulators."""
+
+    aux_slot: int
+    zero_point: int
+    scale: float
+    unit = "compute"
+
+
+@dataclass(frozen=True)
 class Pool:
     """acc[acc_slot] = the `op` (max or avg) over kh x kw windows with step `stride` of aux[aux_slot] on the
     vector unit (out_h x out_w pixels); an avg divides by the window's size."""
@@ -131,7 +142,7 @@ class Pop:
     frm: str
 
 
-Instruction = Load | Gemm | DepthwiseMac | Alu | Pool | Store | Push | Pop
+Instruction = Load | Gemm | DepthwiseMac | Alu | Dequantize | Pool | Store | Push | Pop
 
 
 @dataclass

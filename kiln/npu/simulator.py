@@ -18,7 +18,21 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import CHANNELS, UNITS, Alu, DepthwiseMac, Gemm, Instruction, Load, Pool, Pop, Program, Push, Store
+from kiln.npu.isa import (
+    CHANNELS,
+    UNITS,
+    Alu,
+    DepthwiseMac,
+    Dequantize,
+    Gemm,
+    Instruction,
+    Load,
+    Pool,
+    Pop,
+    Program,
+    Push,
+    Store,
+)
 
 
 class NpuProgramError(KilnError):
@@ -124,6 +138,8 @@ class _State:
             return self._depthwise(ins)
         if isinstance(ins, Alu):
             return self._alu(ins)
+        if isinstance(ins, Dequantize):
+            return self._dequantize(ins)
         if isinstance(ins, Pool):
             return self._pool(ins)
         if isinstance(ins, Store):
@@ -206,6 +222,13 @@ class _State:
             acc = self.tiles[key]
             operand = self.tiles[("aux", ins.aux_slot)] if ins.aux_slot is not None else ins.imm
             self.tiles[key] = _alu_op(ins.op, acc, operand, self.acc_dtype)
+        return self._vector_cycles(int(np.prod(self.shapes[key])))
+
+    def _dequantize(self, ins: Dequantize) -> int:
+        key = ("aux", ins.aux_slot)
+        if self.functional:
+            values = self.tiles[key].astype(np.int32) - np.int32(ins.zero_point)
+            self.tiles[key] = values.astype(np.float32) * np.float32(ins.scale)
         return self._vector_cycles(int(np.prod(self.shapes[key])))
 
     def _pool(self, ins: Pool) -> int:

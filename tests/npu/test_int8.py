@@ -94,8 +94,8 @@ def test_int8_max_pool_is_bit_exact_with_padding(seed):
 
 
 def _quantized_cnn(rng):
-    """conv -> Q -> DQ -> relu -> Q (a quantizer's pairs), depthwise conv, max pool, a residual add and a
-    global average pool left to the CPU / float paths, a dense head; the output dequantized."""
+    """conv -> Q -> DQ -> relu -> Q (a quantizer's pairs), a depthwise conv with a residual add behind it,
+    max pool, a global average pool left to the float path, a dense head; the output dequantized."""
     x, zp, x_scale, feed = quantized_input(rng, "image", (1, 3, 15, 15), "uint8")
     y, scale = dequantize(x, x_scale, zp), x_scale
     for cin, cout, group in ((3, 8, 1), (8, 8, 8), (8, 12, 1)):
@@ -126,7 +126,9 @@ def _quantized_cnn(rng):
 
 def test_a_quantized_cnn_is_bit_exact_end_to_end():
     mod, feeds = _quantized_cnn(np.random.default_rng(0))
-    built = _run_exact(mod, feeds, 5)  # three convolutions, the max pool, the dense layer
+    built = _run_exact(mod, feeds, 5)  # three convolutions (the residual add behind one), the max pool, the dense layer
+    cpu_ops = {s.anchor.op.name for s, k in built.runner.steps if k is None}
+    assert "math.add" not in cpu_ops and "nn.relu" not in cpu_ops
     cost = built.runner.last_run
     assert cost.cpu_regions > 0 and built.runner.cpu.on_host == []
 
