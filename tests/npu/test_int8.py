@@ -5,6 +5,7 @@ interpreter on the QDQ graph, a quantized CNN end to end, and the placement of a
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 
 import kiln
@@ -144,3 +145,18 @@ def test_a_model_from_kiln_quantize_places_its_qdq_groups_on_the_accelerator():
     feeds = {"image": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     np.testing.assert_allclose(built.run(feeds)[0], kiln.evaluate(mod, feeds)[0], atol=2e-2)
     assert all(k.program.dtype == np.int8 for s, k in built.runner.steps if isinstance(s, Int8Step))
+
+
+def test_a_model_from_onnx_runtimes_quantize_static_runs_in_int8_like_the_interpreter_and_ort(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from tests.models.quantized import feeds, static_qdq
+
+    model = onnx.load(static_qdq(small_cnn(batch=1, size=16), tmp_path, "cnn"))
+    mod = kiln.from_onnx(model)
+    built = kiln.build(mod, "npu-sim")
+    assert sum(isinstance(s, Int8Step) for s, _ in built.runner.steps) == 6  # four convolutions, pool, dense
+    x = feeds(model, 7)
+    got = built.run(x)[0]
+    np.testing.assert_allclose(got, kiln.evaluate(mod, x)[0], atol=2e-2)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(got, want, atol=2e-2)
