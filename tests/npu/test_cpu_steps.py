@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 import kiln.npu.executor
 from kiln.npu.cpu_steps import CpuSteps
+from kiln.npu.run_report import run_report
 
 
 def _mixed_model() -> onnx.ModelProto:
@@ -44,6 +45,7 @@ def test_cpu_steps_run_in_the_c_library_with_transfers_counted(monkeypatch):
     cost = runner.last_run
     assert (len(cost.kernels), cost.cpu_steps, cost.cpu_regions) == (2, 4, 2)
     assert cost.transfers == 4  # x in, conv out, the resized map in, conv out
+    assert "CPU steps: 4 (2 run(s) of the C library); transfers" in "\n".join(run_report(built, with_effects=False))
 
 
 def test_a_model_all_on_the_accelerator_builds_no_cpu_library():
