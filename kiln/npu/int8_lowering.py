@@ -5,8 +5,10 @@ The input's zero point: the matrix unit multiplies the stored int8 values x' (no
 accumulator holds sum(x' * w) and the epilogue adds the compensation -zp * sum(w) per output channel
 (exact in int32). Padding must then read as zp, not 0, for the compensation to cancel it: the program's
 input loads fill with the zero point. After it, DequantizeLinear is `fmul` by x_scale * w_scale[c]
-(float32), the float bias and activations follow in float32, and QuantizeLinear is `fdiv` by y_scale,
-`round` (half to even), the zero point added and int8 saturation: the interpreter's own steps in its order.
+(float32), the float bias and activations follow in float32, and QuantizeLinear is one `Requantize`
+(divide by y_scale in float32, round half to even, add the zero point, saturate): the interpreter's own
+steps in its order; a requantization chain behind (DequantizeLinear -> relu -> QuantizeLinear) is a
+`Dequantize` of the accumulators and another `Requantize`.
 A residual add (DequantizeLinear of another int8 tensor) loads that tensor's tile into the aux buffer,
 dequantizes it there (`Dequantize`) and adds it to the float accumulators.
 """
@@ -22,13 +24,14 @@ from kiln.npu import tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
 from kiln.npu.int8_placement import ActQuant, Int8Step, Residual
-from kiln.npu.isa import Alu, Dequantize, Instruction, Load
+from kiln.npu.isa import Alu, Dequantize, Instruction, Load, Requantize
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.lower_conv import ALL_ON, Options, lower_conv
 from kiln.npu.lower_vector import lower_pool
 
 INT8_RANGE = (-128, 127)
 RESIDUAL, RESIDUAL_ADD = "res", "add_dequantized"  # the residual operand's DRAM name, its epilogue op
+REQUANTIZE, DEQUANTIZE = "requantize", "dequantize"  # placeholder epilogue ops (see stage_ops)
 
 
 def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = ALL_ON,
@@ -43,7 +46,8 @@ def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = 
     tile = choose(spec, config, options, tuple(epilogue))
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
     residual = next((r for k, r in step.stages if k == "add"), None)
-    program.instructions = _expanded(program.instructions, step.x.zero_point, residual)  # type: ignore[arg-type]
+    program.instructions = _expanded(program.instructions, step.x.zero_point, residual,  # type: ignore[arg-type]
+                                     [v for k, v in step.stages if k in ("q", "dq")])  # type: ignore[misc]
     operands = {"inp": step.source, **({RESIDUAL: residual.source} if residual else {})}  # type: ignore[union-attr]
     kind = "depthwise" if spec.depthwise else step.kind
     return NpuKernel(name, kind, program, spec, tile, constants, operands,
@@ -92,40 +96,37 @@ def _accumulator_ops(step: Int8Step, wgt: np.ndarray, scale: np.ndarray,
 
 
 def stage_ops(stages: list[tuple[str, object]]) -> list[EpilogueOp]:
-    """Vector-unit ops of the steps after the accumulation: float bounds, QuantizeLinear, DequantizeLinear."""
+    """Vector-unit ops of the steps after the accumulation: float bounds, a residual add, and Quantize /
+    DequantizeLinear as placeholders (their imm: which of the stages' quantizations) that `_expanded`
+    turns into Requantize / Dequantize instructions, which an EpilogueOp cannot spell."""
     ops: list[EpilogueOp] = []
+    quantizations = 0
     for kind, value in stages:
         if kind in ("max", "min"):
             ops.append(EpilogueOp(kind, imm=float(value)))  # type: ignore[arg-type]
-        elif kind == "q":
-            ops += _quantize(value)  # type: ignore[arg-type]
         elif kind == "add":
             ops.append(EpilogueOp(RESIDUAL_ADD, tensor=RESIDUAL))
         else:
-            ops += _dequantize(value)  # type: ignore[arg-type]
+            ops.append(EpilogueOp(REQUANTIZE if kind == "q" else DEQUANTIZE, imm=quantizations))
+            quantizations += 1
     return ops
 
 
-def _quantize(q: ActQuant) -> list[EpilogueOp]:
-    ops = [EpilogueOp("fdiv", imm=q.scale), EpilogueOp("round")]
-    ops += [EpilogueOp("add", imm=q.zero_point)] if q.zero_point else []
-    return ops + [EpilogueOp("max", imm=INT8_RANGE[0]), EpilogueOp("min", imm=INT8_RANGE[1])]
-
-
-def _dequantize(q: ActQuant) -> list[EpilogueOp]:
-    return ([EpilogueOp("add", imm=-q.zero_point)] if q.zero_point else []) + [EpilogueOp("fmul", imm=q.scale)]
-
-
-def _expanded(instructions: list[Instruction], zero_point: int, residual: Residual | None) -> list[Instruction]:
-    """The lowered instructions with the input tiles' padding read as the input's zero point, and each add
-    of the int8 residual tile preceded by its dequantization."""
+def _expanded(instructions: list[Instruction], zero_point: int, residual: Residual | None,
+              quantizations: list[ActQuant]) -> list[Instruction]:
+    """The lowered instructions with the input tiles' padding read as the input's zero point, each add of
+    the int8 residual tile preceded by its dequantization, and the placeholders of stage_ops replaced."""
     out: list[Instruction] = []
     for ins in instructions:
         if isinstance(ins, Load) and ins.buf == "inp" and zero_point:
             out.append(dataclasses.replace(ins, fill=zero_point))
         elif isinstance(ins, Alu) and ins.op == RESIDUAL_ADD and residual is not None:
-            out += [Dequantize(ins.aux_slot, residual.quant.zero_point, residual.quant.scale),
+            out += [Dequantize("aux", ins.aux_slot, residual.quant.zero_point, residual.quant.scale),
                     dataclasses.replace(ins, op="add")]
+        elif isinstance(ins, Alu) and ins.op in (REQUANTIZE, DEQUANTIZE):
+            q = quantizations[int(ins.imm)]  # type: ignore[arg-type]
+            out.append(Requantize(ins.acc_slot, q.scale, q.zero_point, *INT8_RANGE) if ins.op == REQUANTIZE
+                       else Dequantize("acc", ins.acc_slot, q.zero_point, q.scale))
         else:
             out.append(ins)
     return out

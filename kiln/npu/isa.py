@@ -17,7 +17,7 @@ import numpy as np
 UNITS = ("load", "compute", "store")
 BUFFERS = ("inp", "wgt", "acc", "aux")
 CHANNELS = (("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute"))
-ALU_OPS = ("add", "mul", "max", "min", "shr", "fmul", "fdiv", "round")
+ALU_OPS = ("add", "mul", "max", "min", "shr", "fmul")
 POOL_OPS = ("max", "avg")
 
 
@@ -77,9 +77,8 @@ class DepthwiseMac:
 class Alu:
     """acc[acc_slot] = acc[acc_slot] `op` operand on the vector unit; the operand is the immediate `imm` or
     the tile in aux slot `aux_slot` (broadcast: a (1, 1, C) tile is one value per channel). `shr` is an
-    arithmetic shift right rounding half up (int requantization). `fmul` / `fdiv` compute in float32 (an
-    int32 accumulator converted first) and `round` returns to int32, half to even: with them the vector unit
-    requantizes exactly as ONNX's DequantizeLinear / QuantizeLinear do; the other ops keep the tile's type."""
+    arithmetic shift right rounding half up (int requantization). `fmul` computes in float32 (an int32
+    accumulator converted first: the dequantization of an int8 layer's sums); the other ops keep the tile's type."""
 
     op: str
     acc_slot: int
@@ -90,12 +89,26 @@ class Alu:
 
 @dataclass(frozen=True)
 class Dequantize:
-    """aux[aux_slot] = float32(aux[aux_slot] - zero_point) * scale on the vector unit: an int8 operand tile (a
-    residual) made the float32 values DequantizeLinear gives, for an Alu that adds it to the accumulators."""
+    """buf[slot] = float32(buf[slot] - zero_point) * scale on the vector unit, one pass: ONNX's DequantizeLinear of
+    an integer accumulator tile, or of an int8 operand tile in the aux buffer (a residual, for an Alu to add)."""
 
-    aux_slot: int
+    buf: str  # "acc" or "aux"
+    slot: int
     zero_point: int
     scale: float
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Requantize:
+    """acc[acc_slot] = clip(round_half_even(acc / scale) + zero_point, lo, hi) in int32 on the vector unit, one
+    pass of its requantization pipeline: ONNX's QuantizeLinear of a float32 accumulator tile."""
+
+    acc_slot: int
+    scale: float
+    zero_point: int
+    lo: int = -128
+    hi: int = 127
     unit = "compute"
 
 
@@ -142,7 +155,7 @@ class Pop:
     frm: str
 
 
-Instruction = Load | Gemm | DepthwiseMac | Alu | Dequantize | Pool | Store | Push | Pop
+Instruction = Load | Gemm | DepthwiseMac | Alu | Dequantize | Requantize | Pool | Store | Push | Pop
 
 
 @dataclass

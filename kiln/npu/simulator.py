@@ -31,6 +31,7 @@ from kiln.npu.isa import (
     Pop,
     Program,
     Push,
+    Requantize,
     Store,
 )
 
@@ -140,6 +141,8 @@ class _State:
             return self._alu(ins)
         if isinstance(ins, Dequantize):
             return self._dequantize(ins)
+        if isinstance(ins, Requantize):
+            return self._requantize(ins)
         if isinstance(ins, Pool):
             return self._pool(ins)
         if isinstance(ins, Store):
@@ -225,10 +228,17 @@ class _State:
         return self._vector_cycles(int(np.prod(self.shapes[key])))
 
     def _dequantize(self, ins: Dequantize) -> int:
-        key = ("aux", ins.aux_slot)
+        key = (ins.buf, ins.slot)
         if self.functional:
             values = self.tiles[key].astype(np.int32) - np.int32(ins.zero_point)
             self.tiles[key] = values.astype(np.float32) * np.float32(ins.scale)
+        return self._vector_cycles(int(np.prod(self.shapes[key])))
+
+    def _requantize(self, ins: Requantize) -> int:
+        key = ("acc", ins.acc_slot)
+        if self.functional:
+            scaled = np.rint(self.tiles[key].astype(np.float32) / np.float32(ins.scale)).astype(np.int32)
+            self.tiles[key] = np.clip(scaled + np.int32(ins.zero_point), ins.lo, ins.hi).astype(np.int32)
         return self._vector_cycles(int(np.prod(self.shapes[key])))
 
     def _pool(self, ins: Pool) -> int:
@@ -260,13 +270,10 @@ class _State:
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:
-    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would); the float
-    ops (fmul, fdiv) turn an int32 tile into float32 and `round` turns it back."""
-    if op in ("fmul", "fdiv"):
-        a, f = acc.astype(np.float32), np.asarray(operand).astype(np.float32)
-        return a * f if op == "fmul" else a / f
-    if op == "round":
-        return np.rint(acc).astype(np.int32)
+    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would); `fmul` turns
+    an int32 tile into float32."""
+    if op == "fmul":
+        return acc.astype(np.float32) * np.asarray(operand).astype(np.float32)
     dtype = acc.dtype if acc.dtype.kind == "f" else dtype
     b = np.asarray(operand).astype(dtype)
     if op == "add":
