@@ -88,7 +88,9 @@ def _hide_dequantizations(steps: list[Step], users: dict[int, list[Expr]]) -> No
 
 def act_quant(call: Expr, op: str) -> ActQuant | None:
     """The scalar scale and shifted zero point of a Quantize/DequantizeLinear `call` of uint8 / int8."""
-    if not (isinstance(call, Call) and getattr(call.op, "name", None) == op and call.attrs.block_size == 0):
+    if not (isinstance(call, Call) and getattr(call.op, "name", None) == op and call.attrs.block_size == 0
+            and getattr(call.attrs, "precision", None) in (None, "float32")
+            and getattr(call.attrs, "output_dtype", None) in (None, "float32", *QUANT_DTYPES)):
         return None
     quantized = (call if op == "quant.quantize_linear" else call.args[0]).type
     if not (isinstance(quantized, TensorType) and quantized.dtype in QUANT_DTYPES and quantized.is_static):
@@ -161,8 +163,8 @@ def _matrix_kind(call: Call) -> str | None:
         ok = a.alpha == 1.0 and a.beta == 1.0 and a.transA == 0 and len(out.shape) == 2
         return "dense" if ok and _constant_bias(call, out.shape[1]) else None
     if name == "linalg.mat_mul":
-        return "dense" if len(out.shape) == 2 and len(call.args[0].type.shape) == 2 and call.args[1].data.ndim == 2 \
-            else None
+        weight = call.args[1]
+        return "dense" if len(out.shape) == 2 and isinstance(weight, Constant) and weight.data.ndim == 2 else None
     return None
 
 
