@@ -9,9 +9,12 @@ import onnx
 import pytest
 
 import kiln
-from kiln.ir import Constant, Function, IRModule, TupleGetItem
+from kiln.ir import Constant, Function, IRModule, TupleGetItem, Var
+from kiln.ir.types import TensorType
 from kiln.models import small_cnn
 from kiln.npu.int8_placement import Int8Step
+from kiln.npu.isa import Gemm, Load, Pop, Program, Push, Requantize, Store
+from kiln.npu.simulator import Simulator
 from kiln.op import get_op
 from tests.npu.int8_graphs import dequantize, int8_weights, output_scale, quantize, quantized_input
 
@@ -160,3 +163,22 @@ def test_a_model_from_onnx_runtimes_quantize_static_runs_in_int8_like_the_interp
     np.testing.assert_allclose(got, kiln.evaluate(mod, x)[0], atol=2e-2)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     np.testing.assert_allclose(got, want, atol=2e-2)
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.37])
+def test_the_vector_units_requantize_is_onnx_quantize_linear(scale):
+    """Any float32 tile (ties to even, values that saturate) gives QuantizeLinear's uint8 values, shifted."""
+    m, k, zp = 9, 16, 131
+    x = (np.random.default_rng(0).standard_normal((m, k)) * 90).astype(np.float32)
+    x[0, :6] = [0.25, 0.75, -1.25, 1000.0, -1000.0, 1.75]  # halves of 0.5: ties
+    program = Program("requantize", [
+        Load("inp", 0, "x", (0, 0, 0, 0), (1, 1, m, k)), Load("wgt", 0, "w", (0, 0, 0, 0), (1, 1, k, k)),
+        Push("load", "compute"), Pop("compute", "load"), Gemm(0, 0, 0, 0, 0, 1, 1, m, True),
+        Requantize(0, scale, zp - 128), Push("compute", "store"), Pop("store", "compute"),
+        Store(0, "y", (0, 0, 0, 0), (1, 1, m, k))], {})
+    dram = {"x": x.reshape(1, 1, m, k), "w": np.eye(k, dtype=np.float32).reshape(1, 1, k, k),
+            "y": np.zeros((1, 1, m, k), np.int8)}
+    Simulator().run(program, dram)
+    v = Var("v", TensorType((m, k), "float32"))
+    want = kiln.evaluate(IRModule({"main": Function((v,), quantize(v, scale, zp, "uint8"))}), {"v": x})[0]
+    np.testing.assert_array_equal(dram["y"].reshape(m, k).view(np.uint8) ^ np.uint8(0x80), want)
