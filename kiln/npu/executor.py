@@ -23,7 +23,6 @@ from kiln.npu.cpu_steps import CpuSteps
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.placement import Step
 from kiln.npu.simulator import SimStats, Simulator
-from kiln.op.interpreter import run_op
 
 
 @dataclass
@@ -79,16 +78,11 @@ class NpuExecutor:
     def _cpu_step(self, step: Step, values: _Values, cost: RunCost) -> None:
         """A CPU step: its region of the C library when it starts one (the rest of the region ran with it)."""
         cost.cpu_steps += 1
-        if self.cpu is not None:
-            region = self.cpu.first.get(id(step))
-            if region is not None:
-                for call, value in self.cpu.run(region, lambda e: values.host(e, cost)):
-                    values.set_host(call, value)
-                cost.cpu_regions += 1
-            return
-        call = step.anchor
-        args = [values.host(a, cost) for a in call.args]
-        values.set_host(call, run_op(call.op, call.attrs, args, call.name, call.type))
+        region = self.cpu.first.get(id(step)) if self.cpu else None
+        if region is not None:
+            for call, value in self.cpu.run(region, lambda e: values.host(e, cost)):  # type: ignore[union-attr]
+                values.set_host(call, value)
+            cost.cpu_regions += 1
 
     @staticmethod
     def _inputs(params: tuple[Var, ...], feeds: dict[str, Any]) -> dict[int, np.ndarray]:
