@@ -5,10 +5,10 @@ The input's zero point: the matrix unit multiplies the stored int8 values x' (no
 accumulator holds sum(x' * w) and the epilogue adds the compensation -zp * sum(w) per output channel
 (exact in int32). Padding must then read as zp, not 0, for the compensation to cancel it: the program's
 input loads fill with the zero point. After it, DequantizeLinear is `fmul` by x_scale * w_scale[c]
-(float32), the float bias and activations follow in float32, and QuantizeLinear is one `Requantize`
-(divide by y_scale in float32, round half to even, add the zero point, saturate): the interpreter's own
-steps in its order; a requantization chain behind (DequantizeLinear -> relu -> QuantizeLinear) is a
-`Dequantize` of the accumulators and another `Requantize`.
+(float32), the float bias follows in float32, and QuantizeLinear is one `Requantize` (divide by y_scale
+in float32, round half to even, add the zero point, saturate; a relu / clip before it as its limits): the
+interpreter's own steps in its order; a requantization chain behind (DequantizeLinear -> relu ->
+QuantizeLinear) is a `Dequantize` of the accumulators and another `Requantize`.
 A residual add (DequantizeLinear of another int8 tensor) loads that tensor's tile into the aux buffer,
 dequantizes it there (`Dequantize`) and adds it to the float accumulators.
 """
@@ -41,13 +41,14 @@ def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = 
         return _pool(step, name, config, options)
     spec, wgt, scale = _conv(step) if step.kind == "conv" else _dense(step)
     constants = {"wgt": wgt}
-    epilogue = _accumulator_ops(step, wgt, scale, constants) + stage_ops(step.stages)
+    stages, quantizations = stage_ops(step.stages)
+    epilogue = _accumulator_ops(step, wgt, scale, constants) + stages
     choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
     tile = choose(spec, config, options, tuple(epilogue))
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
     residual = next((r for k, r in step.stages if k == "add"), None)
     program.instructions = _expanded(program.instructions, step.x.zero_point, residual,  # type: ignore[arg-type]
-                                     [v for k, v in step.stages if k in ("q", "dq")])  # type: ignore[misc]
+                                     quantizations)
     operands = {"inp": step.source, **({RESIDUAL: residual.source} if residual else {})}  # type: ignore[union-attr]
     kind = "depthwise" if spec.depthwise else step.kind
     return NpuKernel(name, kind, program, spec, tile, constants, operands,
@@ -95,25 +96,46 @@ def _accumulator_ops(step: Int8Step, wgt: np.ndarray, scale: np.ndarray,
     return ops
 
 
-def stage_ops(stages: list[tuple[str, object]]) -> list[EpilogueOp]:
+def stage_ops(stages: list[tuple[str, object]]) -> tuple[list[EpilogueOp], list[Requantize | Dequantize]]:
     """Vector-unit ops of the steps after the accumulation: float bounds, a residual add, and Quantize /
-    DequantizeLinear as placeholders (their imm: which of the stages' quantizations) that `_expanded`
-    turns into Requantize / Dequantize instructions, which an EpilogueOp cannot spell."""
+    DequantizeLinear as placeholders (imm: the index of their instruction in the second list, for any
+    accumulator slot) that `_expanded` replaces, since an EpilogueOp cannot spell them. Bounds right before a
+    QuantizeLinear become its saturation limits: rounding x / scale is monotone, so clipping before or after
+    gives the same integers."""
     ops: list[EpilogueOp] = []
-    quantizations = 0
+    instructions: list[Requantize | Dequantize] = []
+    bounds: list[tuple[str, float]] = []  # since the last QuantizeLinear (int8_placement ends each chain with one)
     for kind, value in stages:
         if kind in ("max", "min"):
-            ops.append(EpilogueOp(kind, imm=float(value)))  # type: ignore[arg-type]
+            bounds.append((kind, float(value)))  # type: ignore[arg-type]
         elif kind == "add":
             ops.append(EpilogueOp(RESIDUAL_ADD, tensor=RESIDUAL))
         else:
-            ops.append(EpilogueOp(REQUANTIZE if kind == "q" else DEQUANTIZE, imm=quantizations))
-            quantizations += 1
-    return ops
+            instructions.append(_requantize(value, bounds) if kind == "q" else  # type: ignore[arg-type]
+                                Dequantize("acc", 0, value.zero_point, value.scale))  # type: ignore[union-attr]
+            ops.append(EpilogueOp(REQUANTIZE if kind == "q" else DEQUANTIZE, imm=len(instructions) - 1))
+            bounds = []
+    return ops, instructions
+
+
+def _requantize(q: ActQuant, bounds: list[tuple[str, float]]) -> Requantize:
+    """QuantizeLinear behind float `bounds` (max / min, in order: together a clip to [low, high]), with the
+    clip's limits quantized as its saturation limits."""
+    low, high = -np.inf, np.inf
+    for kind, bound in bounds:
+        pick = max if kind == "max" else min
+        low, high = pick(low, bound), pick(high, bound)
+
+    def limit(value: float, default: int) -> int:
+        if np.isinf(value):
+            return default
+        return int(np.clip(np.rint(np.float32(value) / np.float32(q.scale)) + q.zero_point, *INT8_RANGE))
+
+    return Requantize(0, q.scale, q.zero_point, limit(low, INT8_RANGE[0]), limit(high, INT8_RANGE[1]))
 
 
 def _expanded(instructions: list[Instruction], zero_point: int, residual: Residual | None,
-              quantizations: list[ActQuant]) -> list[Instruction]:
+              quantizations: list[Requantize | Dequantize]) -> list[Instruction]:
     """The lowered instructions with the input tiles' padding read as the input's zero point, each add of
     the int8 residual tile preceded by its dequantization, and the placeholders of stage_ops replaced."""
     out: list[Instruction] = []
@@ -125,8 +147,8 @@ def _expanded(instructions: list[Instruction], zero_point: int, residual: Residu
                     dataclasses.replace(ins, op="add")]
         elif isinstance(ins, Alu) and ins.op in (REQUANTIZE, DEQUANTIZE):
             q = quantizations[int(ins.imm)]  # type: ignore[arg-type]
-            out.append(Requantize(ins.acc_slot, q.scale, q.zero_point, *INT8_RANGE) if ins.op == REQUANTIZE
-                       else Dequantize("acc", ins.acc_slot, q.zero_point, q.scale))
+            out.append(dataclasses.replace(q, acc_slot=ins.acc_slot) if isinstance(q, Requantize)
+                       else dataclasses.replace(q, slot=ins.acc_slot))
         else:
             out.append(ins)
     return out
