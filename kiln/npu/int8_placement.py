@@ -2,8 +2,9 @@
 
 A group is DequantizeLinear(x) -> conv / gemm / matmul (int8 weights, see int8_weights.py, an optional
 float bias) -> relu / clip ... -> QuantizeLinear, with per-tensor uint8 or int8 activations; behind it
-the requantizations DequantizeLinear -> relu / clip ... -> QuantizeLinear that single-user chains add (a
-quantizer that observes both a conv's and its relu's outputs writes such pairs). A max pool between a
+the requantizations DequantizeLinear -> [add of another DequantizeLinear: a residual, at most one per
+group] -> relu / clip ... -> QuantizeLinear that single-user chains add (a quantizer that observes both a
+conv's and its relu's outputs writes such pairs; QLinearAdd-style adds follow a block's last conv). A max pool between a
 DequantizeLinear and a QuantizeLinear of one scale and zero point is a pool on int8 values. The matrix
 unit accumulates int8 x int8 in int32; the vector unit requantizes (int8_lowering.py). On the device a
 uint8 tensor is held as int8, shifted by -128 (its zero point too), so one int8 path serves both.
