@@ -7,16 +7,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kiln.compiler.compiled_model import CompiledModel
+from kiln.compiler.driver import build
 from kiln.compiler.report import BuildReport
 from kiln.errors import ArtifactError, KilnError
 from kiln.frontend.onnx import from_onnx
 from kiln.ir.module import IRModule, param_bytes
 from kiln.npu.config import NpuConfig
+from kiln.npu.cpu_steps import CpuSteps
 from kiln.npu.executor import NpuExecutor
+from kiln.npu.int8_placement import int8_steps
+from kiln.npu.int8_weights import Int8Weights
 from kiln.npu.lower_conv import ALL_ON, Options
 from kiln.npu.lower_step import TILINGS, lower_step
 from kiln.npu.placement import place, summary
@@ -42,18 +47,24 @@ def build_npu(model: Any, target: Target, opt_level: int = 2, *, config: NpuConf
     mod = model if isinstance(model, IRModule) else _imported(model, report, progress)
     report.weights_bytes = param_bytes(mod)
     t0 = time.perf_counter()
+    int8_weights = Int8Weights.collect(mod)  # before folding dequantizes them
     ctx = PassContext(opt_level, target=target)
     mod = Sequential(tuple(PASSES[n] for n in NPU_PASSES if n in PASSES))(mod, ctx)
     report.add("optimize", time.perf_counter() - t0, f"{len(NPU_PASSES)} passes", progress)
     t0 = time.perf_counter()
-    steps = place(mod.main)
+    steps = place(mod.main, partial(int8_steps, weights=int8_weights))
     kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling)
                if s.device == "npu" else None for i, s in enumerate(steps)]
     report.kernels = sum(k is not None for k in kernels)
     where = summary(steps)
     report.add("lower", time.perf_counter() - t0, f"{where['npu']} accelerator kernel(s), {where['cpu']} CPU "
                f"step(s), {sum(len(k.program.instructions) for k in kernels if k)} instructions", progress)
-    runner = NpuExecutor(mod, list(zip(steps, kernels)), config)
+    t0 = time.perf_counter()
+    cpu = CpuSteps.build(mod.main, steps, partial(_build_cpu, opt_level=opt_level))
+    if cpu is not None:
+        report.add("cpu steps", time.perf_counter() - t0, f"{len(cpu.regions)} region(s) of CPU steps in one "
+                   "library", progress)
+    runner = NpuExecutor(mod, list(zip(steps, kernels)), config, cpu)
     return NpuModel(mod, "npu", runner, opt_level, target=target, report=report)  # type: ignore[arg-type]
 
 
@@ -64,6 +75,11 @@ class NpuModel(CompiledModel):
         raise ArtifactError(f"cannot save a model built for npu-sim to {directory}: its programs run on the "
                             "simulator in this process; run it with `kiln run/bench MODEL --target npu-sim` or "
                             "kiln.InferenceSession(model, target='npu-sim')")
+
+
+def _build_cpu(mod: IRModule, opt_level: int) -> CompiledModel:
+    """The CPU steps' module built for this machine, on the graph executor (run a region at a time)."""
+    return build(mod, Target.host(), opt_level, executor="graph")
 
 
 def _imported(model: Any, report: BuildReport, progress: Callable[[str], None] | None) -> IRModule:

@@ -1,6 +1,7 @@
 """Runs a model placed on the accelerator: accelerator steps on the simulator, the others on the CPU
-(each operator's reference implementation, kiln.op), with every tensor that crosses between them
-converted (NCHW on the CPU, NHWC in the accelerator's DRAM) and counted as a transfer.
+(Kiln's C kernels, one library, kiln.npu.cpu_steps), with every tensor that crosses between them
+converted (NCHW on the CPU, NHWC in the accelerator's DRAM; a uint8 tensor held as int8 there, shifted
+by -128) and counted as a transfer.
 
 `last_run` holds what the latest run cost: each kernel's SimStats and the transfers.
 """
@@ -18,10 +19,10 @@ from kiln.ir.expr import Constant, Expr, Tuple, TupleGetItem, Var
 from kiln.ir.input_check import check_input
 from kiln.ir.module import IRModule
 from kiln.npu.config import NpuConfig
+from kiln.npu.cpu_steps import CpuSteps
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.placement import Step
 from kiln.npu.simulator import SimStats, Simulator
-from kiln.op.interpreter import run_op
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RunCost:
     transfers: int = 0
     transfer_bytes: int = 0
     cpu_steps: int = 0
+    cpu_regions: int = 0  # runs of consecutive CPU steps, each through the C library's kernels
 
     def total(self) -> SimStats:
         out = SimStats()
@@ -43,11 +45,13 @@ class RunCost:
 class NpuExecutor:
     """The steps of `mod`'s main, each accelerator step with its kernel."""
 
-    def __init__(self, mod: IRModule, steps: list[tuple[Step, NpuKernel | None]], config: NpuConfig):
-        self.mod, self.steps, self.config = mod, steps, config
+    def __init__(self, mod: IRModule, steps: list[tuple[Step, NpuKernel | None]], config: NpuConfig,
+                 cpu: CpuSteps | None = None):
+        self.mod, self.steps, self.config, self.cpu = mod, steps, config, cpu
         self.simulator = Simulator(config)
-        self.kernels: dict[str, Any] = {}  # no compiled CPU kernels (kiln.runtime.footprint reads this)
-        self.library = None
+        # the CPU steps' compiled kernels and library (kiln.runtime.footprint reads these)
+        self.kernels: dict[int, Any] = cpu.executor.kernels if cpu else {}
+        self.library = cpu.executor.library if cpu else None
         self._last = threading.local()
 
     @property
@@ -61,10 +65,7 @@ class NpuExecutor:
         cost = RunCost()
         for step, kernel in self.steps:
             if kernel is None:
-                call = step.anchor
-                args = [values.host(a, cost) for a in call.args]
-                values.set_host(call, run_op(call.op, call.attrs, args, call.name, call.type))
-                cost.cpu_steps += 1
+                self._cpu_step(step, values, cost)
             else:
                 dram = kernel.dram({k: values.device(e, cost) for k, e in kernel.operands.items()})
                 cost.kernels.append((kernel, self.simulator.run(kernel.program, dram)))
@@ -73,6 +74,15 @@ class NpuExecutor:
         body = main.body
         fields = body.fields if isinstance(body, Tuple) else (body,)
         return [values.host(f, cost) for f in fields]
+
+    def _cpu_step(self, step: Step, values: _Values, cost: RunCost) -> None:
+        """A CPU step: its region of the C library when it starts one (the rest of the region ran with it)."""
+        cost.cpu_steps += 1
+        region = self.cpu.first.get(id(step)) if self.cpu else None
+        if region is not None:
+            for call, value in self.cpu.run(region, lambda e: values.host(e, cost)):  # type: ignore[union-attr]
+                values.set_host(call, value)
+            cost.cpu_regions += 1
 
     @staticmethod
     def _inputs(params: tuple[Var, ...], feeds: dict[str, Any]) -> dict[int, np.ndarray]:
@@ -106,7 +116,7 @@ class _Values:
             return self.on_host[key]
         if isinstance(e, Constant):
             return e.data
-        if isinstance(e, TupleGetItem):
+        if isinstance(e, TupleGetItem) and key not in self.on_device:
             return self.host(e.tuple_value, cost)[e.index]
         if isinstance(e, Tuple):
             return tuple(self.host(f, cost) for f in e.fields)
@@ -115,6 +125,8 @@ class _Values:
         value = self.on_device[key]
         shape = self.shapes[key]
         host = value.transpose(0, 3, 1, 2) if len(shape) == 4 else value.reshape(shape)
+        if e.type.dtype == "uint8":
+            host = host.view(np.uint8) ^ np.uint8(0x80)
         self.on_host[key] = np.ascontiguousarray(host)
         cost.transfers += 1
         cost.transfer_bytes += value.nbytes
@@ -126,6 +138,8 @@ class _Values:
             return self.on_device[key]
         value = np.asarray(self.host(e, cost))
         dev = value.transpose(0, 2, 3, 1) if value.ndim == 4 else value.reshape(1, 1, *value.shape)
+        if value.dtype == np.uint8:
+            dev = (dev ^ np.uint8(0x80)).view(np.int8)
         self.on_device[key] = np.ascontiguousarray(dev)
         cost.transfers += 1
         cost.transfer_bytes += value.nbytes

@@ -17,7 +17,7 @@ import numpy as np
 UNITS = ("load", "compute", "store")
 BUFFERS = ("inp", "wgt", "acc", "aux")
 CHANNELS = (("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute"))
-ALU_OPS = ("add", "mul", "max", "min", "shr")
+ALU_OPS = ("add", "mul", "max", "min", "shr", "fmul")
 POOL_OPS = ("max", "avg")
 
 
@@ -77,12 +77,38 @@ class DepthwiseMac:
 class Alu:
     """acc[acc_slot] = acc[acc_slot] `op` operand on the vector unit; the operand is the immediate `imm` or
     the tile in aux slot `aux_slot` (broadcast: a (1, 1, C) tile is one value per channel). `shr` is an
-    arithmetic shift right rounding half up (int requantization)."""
+    arithmetic shift right rounding half up (int requantization). `fmul` computes in float32 (an int32
+    accumulator converted first: the dequantization of an int8 layer's sums); the other ops keep the tile's type."""
 
     op: str
     acc_slot: int
     imm: float | int | None = None
     aux_slot: int | None = None
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Dequantize:
+    """buf[slot] = float32(buf[slot] - zero_point) * scale on the vector unit, one pass: ONNX's DequantizeLinear of
+    an integer accumulator tile, or of an int8 operand tile in the aux buffer (a residual, for an Alu to add)."""
+
+    buf: str  # "acc" or "aux"
+    slot: int
+    zero_point: int
+    scale: float
+    unit = "compute"
+
+
+@dataclass(frozen=True)
+class Requantize:
+    """acc[acc_slot] = clip(round_half_even(acc / scale) + zero_point, lo, hi) in int32 on the vector unit, one
+    pass of its requantization pipeline: ONNX's QuantizeLinear of a float32 accumulator tile."""
+
+    acc_slot: int
+    scale: float
+    zero_point: int
+    lo: int = -128
+    hi: int = 127
     unit = "compute"
 
 
@@ -129,7 +155,7 @@ class Pop:
     frm: str
 
 
-Instruction = Load | Gemm | DepthwiseMac | Alu | Pool | Store | Push | Pop
+Instruction = Load | Gemm | DepthwiseMac | Alu | Dequantize | Requantize | Pool | Store | Push | Pop
 
 
 @dataclass

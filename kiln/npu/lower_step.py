@@ -10,6 +10,8 @@ from kiln.ir.expr import Call, Constant, Expr
 from kiln.npu import tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
+from kiln.npu.int8_lowering import lower_int8
+from kiln.npu.int8_placement import Int8Step
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.lower_conv import ALL_ON, Options, lower_conv
 from kiln.npu.lower_vector import lower_pool
@@ -21,6 +23,8 @@ TILINGS = ("cost-model", "simple")
 def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_ON,
                tiling_mode: str = "cost-model") -> NpuKernel:
     """The kernel of an accelerator step."""
+    if isinstance(step, Int8Step):
+        return lower_int8(step, name, config, options, tiling_mode)
     op = step.anchor.op.name
     if op in ("nn.max_pool", "nn.average_pool", "nn.global_average_pool"):
         return _pool(step.anchor, name, config, options)

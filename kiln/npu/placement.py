@@ -12,7 +12,7 @@ sits in post order, so every operand it reads (a residual from another branch to
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ class Step:
     device: str  # "npu" or "cpu"
     calls: list[Any]
     epilogue: list[tuple[str, Expr | float]] = field(default_factory=list)  # (op, operand) behind the anchor
+    hidden: list[Call] = field(default_factory=list)  # calls only this step read, and it reads past them: never run
 
     @property
     def anchor(self) -> Call:
@@ -43,13 +44,19 @@ class Step:
         return self.calls[-1]
 
 
-def place(fn: Function) -> list[Step]:
-    """The steps of `fn`'s body in an order that computes each value before its first use."""
+# A rule run before the float ones: the steps it claims from the calls (post order) and their users.
+Claim = Callable[[list[Call], dict[int, list[Expr]]], list[Step]]
+
+
+def place(fn: Function, claim: Claim | None = None) -> list[Step]:
+    """The steps of `fn`'s body in an order that computes each value before its first use; `claim` (the
+    int8 rule, int8_placement.py) takes its groups first."""
     nodes = post_order(fn.body)
     order = [e for e in nodes if isinstance(e, Call)]
     users = _users(fn.body)
-    fused: dict[int, Step] = {}
-    absorbed: set[int] = set()
+    claimed = claim(order, users) if claim else []
+    fused: dict[int, Step] = {id(s.result): s for s in claimed}
+    absorbed: set[int] = {id(c) for s in claimed for c in (*s.calls, *s.hidden)}
     for call in order:
         if id(call) in absorbed or not _runs_on_npu(call, users):
             continue

@@ -20,8 +20,10 @@ def run_report(model: Any, wall_s: float | None = None, with_effects: bool = Tru
     cost, config = runner.last_run, runner.config
     out = ["simulated accelerator (npu-sim): " + config.to_json()]
     out += format_lines([kernel_line(k, s, config) for k, s in cost.kernels], config)
-    out.append(f"CPU steps: {cost.cpu_steps}; transfers between CPU and accelerator: {cost.transfers} "
-               f"({cost.transfer_bytes} bytes)")
+    on_host = runner.cpu.on_host if runner.cpu else []
+    out.append(f"CPU steps: {cost.cpu_steps} ({cost.cpu_regions} run(s) of the C library"
+               + (f"; on the references: {', '.join(on_host)}" if on_host else "") + "); transfers between CPU "
+               f"and accelerator: {cost.transfers} ({cost.transfer_bytes} bytes)")
     if wall_s:
         out.append(f"simulator: {cost.total().instructions} instructions in {wall_s:.2f} s "
                    f"({cost.total().instructions / wall_s:.0f} instructions/s, functional and cycles)")

@@ -18,7 +18,22 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import CHANNELS, UNITS, Alu, DepthwiseMac, Gemm, Instruction, Load, Pool, Pop, Program, Push, Store
+from kiln.npu.isa import (
+    CHANNELS,
+    UNITS,
+    Alu,
+    DepthwiseMac,
+    Dequantize,
+    Gemm,
+    Instruction,
+    Load,
+    Pool,
+    Pop,
+    Program,
+    Push,
+    Requantize,
+    Store,
+)
 
 
 class NpuProgramError(KilnError):
@@ -124,6 +139,10 @@ class _State:
             return self._depthwise(ins)
         if isinstance(ins, Alu):
             return self._alu(ins)
+        if isinstance(ins, Dequantize):
+            return self._dequantize(ins)
+        if isinstance(ins, Requantize):
+            return self._requantize(ins)
         if isinstance(ins, Pool):
             return self._pool(ins)
         if isinstance(ins, Store):
@@ -153,7 +172,7 @@ class _State:
             self.layouts[ins.slot] = (pitch, row_pitch)
         self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
         if self.functional:
-            tile = np.full(ins.size, ins.fill, dtype=src.dtype)
+            tile = np.full(ins.size, _fill(ins.fill, src.dtype), dtype=src.dtype)
             if inside:
                 region = tuple(slice(low, h) for low, h in zip(lo, hi))
                 dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
@@ -208,6 +227,20 @@ class _State:
             self.tiles[key] = _alu_op(ins.op, acc, operand, self.acc_dtype)
         return self._vector_cycles(int(np.prod(self.shapes[key])))
 
+    def _dequantize(self, ins: Dequantize) -> int:
+        key = (ins.buf, ins.slot)
+        if self.functional:
+            values = self.tiles[key].astype(np.int32) - np.int32(ins.zero_point)
+            self.tiles[key] = values.astype(np.float32) * np.float32(ins.scale)
+        return self._vector_cycles(int(np.prod(self.shapes[key])))
+
+    def _requantize(self, ins: Requantize) -> int:
+        key = ("acc", ins.acc_slot)
+        if self.functional:
+            scaled = np.rint(self.tiles[key].astype(np.float32) / np.float32(ins.scale)).astype(np.int32)
+            self.tiles[key] = np.clip(scaled + np.int32(ins.zero_point), ins.lo, ins.hi).astype(np.int32)
+        return self._vector_cycles(int(np.prod(self.shapes[key])))
+
     def _pool(self, ins: Pool) -> int:
         channels = self.shapes[("aux", ins.aux_slot)][-1]
         self.shapes[("acc", ins.acc_slot)] = (ins.out_h, ins.out_w, channels)
@@ -237,7 +270,11 @@ class _State:
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:
-    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would)."""
+    """One vector-unit operation in the accumulator's type (int32 wraps as the hardware's would); `fmul` turns
+    an int32 tile into float32."""
+    if op == "fmul":
+        return acc.astype(np.float32) * np.asarray(operand).astype(np.float32)
+    dtype = acc.dtype if acc.dtype.kind == "f" else dtype
     b = np.asarray(operand).astype(dtype)
     if op == "add":
         return (acc + b).astype(dtype)
@@ -258,3 +295,11 @@ def _cast(tile: np.ndarray, dtype: np.dtype) -> np.ndarray:
         info = np.iinfo(dtype)
         return np.clip(tile, info.min, info.max).astype(dtype)
     return tile.astype(dtype)
+
+
+def _fill(value: float, dtype: np.dtype) -> float | int:
+    """A load's fill in the tensor's type: integers saturate (a max pool's -inf padding is int8's -128)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(np.clip(value, info.min, info.max))
+    return value

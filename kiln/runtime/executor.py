@@ -116,6 +116,17 @@ class GraphExecutor:
 
         return list(out) if isinstance(main.body.type, TupleType) else [out]
 
+    def run_fields(self, fields: list[int], values: dict[str, Any]) -> list[Any]:
+        """Fields `fields` of main's tuple result from the inputs they read (`values` by name, unchecked): one
+        library whose parts run at different times (the CPU steps of an npu-sim model, kiln.npu.cpu_steps)."""
+        scope = Scope()
+        for p in self.mod.main.params:
+            if p.name in values:
+                scope.values[id(p)] = values[p.name]
+        interp = _KernelInterpreter(self, None)
+        with running():
+            return [interp.eval(self.mod.main.body.fields[i], scope) for i in fields]
+
 
 class _KernelInterpreter(Interpreter):
     def __init__(self, cm: GraphExecutor, profile: dict[str, float] | None):
