@@ -48,7 +48,7 @@ def report(name: str, size: int, tiles: bool) -> None:
     roof = [k.of_roofline for k in bound]
     print(f"compute-bound conv layers: {len(bound)}; of roofline: min {min(roof, default=0):.1%}, "
           f"mean {np.mean(roof) if roof else 0:.1%} (goal >= 80%)")
-    by_variant = {e.variant: e for e in effects.measure([s for s, _ in runner.steps], config)}
+    by_variant = {e.variant: e for e in effects.measure(runner.mod.main, [s for s, _ in runner.steps], config)}
     print("\n".join(effects.format_effects(list(by_variant.values()))))
     print(f"DMA hidden where compute dominates: {by_variant['all optimizations'].dma_hidden:.1%} with double "
           f"buffering (goal >= 90%), {by_variant['no double buffering'].dma_hidden:.1%} without")

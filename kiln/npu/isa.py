@@ -6,6 +6,12 @@ load->compute, compute->load, compute->store and store->compute (VTA's decoupled
 Tensors in DRAM are 4-d numpy arrays named in a dict: feature maps NHWC, weights (KH, KW, Cin, Cout),
 per-channel vectors (1, 1, 1, C). On chip, a buffer holds tiles in slots: input, accumulator and
 operand tiles are (H, W, C) (a load takes one image), weight tiles (KH, KW, Cin, Cout).
+
+A program may also keep tensors on chip (`Held`: graph scheduling for on-chip memory, kiln.npu.onchip).
+A held tensor lives in a region of one buffer that the program's slots leave free, and it outlives the
+program: the next programs of one run find it there. A Load or Store that names a held tensor instead of
+a DRAM one is an on-chip move (the hand-off from one layer's accumulators to the next one's input tiles),
+done by the same unit but at the buffers' width (kiln.npu.banks.move_cycles), with no DMA bytes.
 """
 
 from __future__ import annotations
@@ -129,17 +135,37 @@ class Pop:
     frm: str
 
 
+@dataclass(frozen=True)
+class Held:
+    """A tensor of `shape` (NHWC) and `dtype` kept in a region of buffer `buf` while a program runs."""
+
+    tensor: str
+    buf: str
+    shape: tuple[int, int, int, int]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
 Instruction = Load | Gemm | DepthwiseMac | Alu | Pool | Store | Push | Pop
 
 
 @dataclass
 class Program:
-    """An instruction stream and how it splits each buffer into equal slots (a tile must fit its slot)."""
+    """An instruction stream and how it splits each buffer into equal slots (a tile must fit its slot);
+    the slots share what the held tensors leave of a buffer."""
 
     name: str
     instructions: list[Instruction]
     slots: dict[str, int]
     dtype: np.dtype = np.dtype("float32")  # the data type of input and weight tiles
+    held: tuple[Held, ...] = ()
+
+    def held_bytes(self, buf: str) -> int:
+        """Bytes of buffer `buf` the held tensors take."""
+        return sum(h.nbytes for h in self.held if h.buf == buf)
 
     def queues(self) -> dict[str, list[Instruction]]:
         """The fetch stage: each unit's instructions, in program order."""

@@ -30,6 +30,7 @@ class Options:
 
     double_buffer: bool = True
     conflict_free: bool = True
+    onchip: bool = True  # intermediates held on chip between kernels when they fit (kiln.npu.onchip)
 
 
 ALL_ON = Options()

@@ -1,13 +1,14 @@
 """From a placed step (kiln.npu.placement) to an NpuKernel: the layer's shape as a ConvSpec, the
 weights and per-channel constants laid out for the machine (weights (KH, KW, Cin, Cout), vectors
-(1, 1, 1, C)), the tile (the cost model's pick, or the simple tiling) and the program."""
+(1, 1, 1, C)), the tile (the cost model's pick, or the simple tiling) and the program; and a model's
+steps to their kernels, with the intermediates that fit held on chip (kiln.npu.onchip)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir.expr import Call, Constant, Expr
-from kiln.npu import tiling
+from kiln.ir.expr import Call, Constant, Expr, Function
+from kiln.npu import onchip, tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
 from kiln.npu.kernel import NpuKernel
@@ -16,6 +17,15 @@ from kiln.npu.lower_vector import lower_pool
 from kiln.npu.placement import Step
 
 TILINGS = ("cost-model", "simple")
+
+
+def lower_steps(fn: Function, steps: list[Step], config: NpuConfig, options: Options = ALL_ON,
+                tiling_mode: str = "cost-model") -> list[NpuKernel | None]:
+    """The kernel of each accelerator step of `fn` (None for a CPU step), named by its place; with
+    `options.onchip`, the intermediates that fit stay on chip between them."""
+    kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling_mode)
+               if s.device == "npu" else None for i, s in enumerate(steps)]
+    return onchip.schedule(fn, steps, kernels, config) if options.onchip else kernels
 
 
 def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_ON,

@@ -6,6 +6,9 @@ The cycle model is an event loop over the three queues: the next instruction to 
 can start earliest; a Pop starts when its token arrives, a Push hands its unit's time to the channel.
 Instructions run functionally in that order, so a program whose tokens do not order a slot's reuse
 computes wrong results here as it would on the machine.
+
+Held tensors (kiln.npu.isa.Held) live in `onchip`, a dict the caller keeps across the programs of one
+run; their loads and stores are on-chip moves, counted in `onchip_bytes` and not in `dma_bytes`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,21 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import CHANNELS, UNITS, Alu, DepthwiseMac, Gemm, Instruction, Load, Pool, Pop, Program, Push, Store
+from kiln.npu.isa import (
+    BUFFERS,
+    CHANNELS,
+    UNITS,
+    Alu,
+    DepthwiseMac,
+    Gemm,
+    Instruction,
+    Load,
+    Pool,
+    Pop,
+    Program,
+    Push,
+    Store,
+)
 
 
 class NpuProgramError(KilnError):
@@ -38,6 +55,7 @@ class SimStats:
     stored_bytes: int = 0  # of dma_bytes, those the store unit's DMA port wrote back
     conflicts: int = 0
     instructions: int = 0
+    onchip_bytes: int = 0  # moved between buffers and held tensors instead of DRAM
 
     def add(self, other: SimStats) -> None:
         """Accumulate `other` as if it ran after this (kernels of one model run one after another)."""
@@ -51,17 +69,20 @@ class SimStats:
         self.stored_bytes += other.stored_bytes
         self.conflicts += other.conflicts
         self.instructions += other.instructions
+        self.onchip_bytes += other.onchip_bytes
 
 
 class Simulator:
     """One accelerator: run(program, dram) executes `program` over the DRAM tensors in `dram` (updated in
-    place by stores). With functional=False only the cycles are counted (for tile searches)."""
+    place by stores). With functional=False only the cycles are counted (for tile searches). `onchip` holds
+    the held tensors between the programs of one run (a fresh dict when not given)."""
 
     def __init__(self, config: NpuConfig | None = None):
         self.config = config or NpuConfig()
 
-    def run(self, program: Program, dram: dict[str, np.ndarray], functional: bool = True) -> SimStats:
-        state = _State(self.config, program, dram, functional)
+    def run(self, program: Program, dram: dict[str, np.ndarray], functional: bool = True,
+            onchip: dict[str, np.ndarray] | None = None) -> SimStats:
+        state = _State(self.config, program, dram, functional, {} if onchip is None else onchip)
         queues = {u: deque(q) for u, q in program.queues().items()}
         tokens: dict[tuple[str, str], deque[int]] = {c: deque() for c in CHANNELS}
         clock = dict.fromkeys(UNITS, 0)
@@ -106,8 +127,15 @@ def _next(queues: dict[str, deque], tokens: dict[tuple[str, str], deque[int]],
 class _State:
     """The on-chip buffers of one run and the cost of each instruction."""
 
-    def __init__(self, config: NpuConfig, program: Program, dram: dict[str, np.ndarray], functional: bool):
+    def __init__(self, config: NpuConfig, program: Program, dram: dict[str, np.ndarray], functional: bool,
+                 onchip: dict[str, np.ndarray]):
         self.config, self.program, self.dram, self.functional = config, program, dram, functional
+        self.onchip = onchip
+        self.held = {h.tensor: h for h in program.held}
+        for buf in BUFFERS:
+            if program.held_bytes(buf) > getattr(config, f"{buf}_bytes"):
+                raise NpuProgramError(f"{program.name}: held tensors need {program.held_bytes(buf)} bytes of buffer "
+                                      f"{buf!r}, which holds {getattr(config, f'{buf}_bytes')}")
         self.tiles: dict[tuple[str, int], np.ndarray] = {}
         self.shapes: dict[tuple[str, int], tuple[int, ...]] = {}  # kept in timing-only runs too
         self.layouts: dict[int, tuple[int, int]] = {}
@@ -131,7 +159,25 @@ class _State:
         return 1  # Push / Pop: one cycle to pass the token
 
     def _slot_bytes(self, buf: str) -> int:
-        return getattr(self.config, f"{buf}_bytes") // self.program.slots.get(buf, 1)
+        free = getattr(self.config, f"{buf}_bytes") - self.program.held_bytes(buf)
+        return free // self.program.slots.get(buf, 1)
+
+    def _held(self, name: str, reading: bool) -> np.ndarray:
+        """A held tensor's on-chip storage; a functional run may read only one an earlier store wrote."""
+        if name not in self.onchip:
+            if reading and self.functional:
+                raise NpuProgramError(f"{self.program.name}: reads held tensor {name!r} before any program "
+                                      "stored it")
+            self.onchip[name] = np.zeros(self.held[name].shape, self.held[name].dtype)
+        return self.onchip[name]
+
+    def _transfer(self, name: str, nbytes: int, itemsize: int) -> int:
+        """The cycles of moving `nbytes` of tensor `name`: on chip when it is held, else by DMA."""
+        if name in self.held:
+            self.stats.onchip_bytes += nbytes
+            return banks.move_cycles(nbytes, itemsize, self.config.block_in, self.config.banks)
+        self.stats.dma_bytes += nbytes
+        return self.config.dma_cycles(nbytes)
 
     def _check_fits(self, buf: str, nbytes: int, what: str) -> None:
         if nbytes > self._slot_bytes(buf):
@@ -139,7 +185,7 @@ class _State:
                                   f"holds {self._slot_bytes(buf)} ({self.program.slots.get(buf, 1)} slot(s))")
 
     def _load(self, ins: Load) -> int:
-        src = self.dram[ins.tensor]
+        src = self._held(ins.tensor, True) if ins.tensor in self.held else self.dram[ins.tensor]
         lo = [max(0, s) for s in ins.start]
         hi = [min(d, s + n) for d, s, n in zip(src.shape, ins.start, ins.size)]
         inside = int(np.prod([max(0, h - low) for low, h in zip(lo, hi)]))
@@ -159,8 +205,7 @@ class _State:
                 dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
                 tile[dest] = src[region]
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
-        self.stats.dma_bytes += nbytes
-        return self.config.dma_cycles(nbytes)
+        return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
 
     def _gemm(self, ins: Gemm) -> int:
         c = self.config
@@ -225,15 +270,15 @@ class _State:
         return max(1, -(-elements // self.config.vector_lanes))
 
     def _store(self, ins: Store) -> int:
-        dst = self.dram[ins.tensor]
+        dst = self._held(ins.tensor, False) if ins.tensor in self.held else self.dram[ins.tensor]
         if self.functional:
             tile = self.tiles[("acc", ins.acc_slot)][:ins.size[1], :ins.size[2], :ins.size[3]]
             region = tuple(slice(s, s + n) for s, n in zip(ins.start, ins.size))
             dst[region] = _cast(tile, dst.dtype)
         nbytes = int(np.prod(ins.size)) * dst.dtype.itemsize
-        self.stats.dma_bytes += nbytes
-        self.stats.stored_bytes += nbytes
-        return self.config.dma_cycles(nbytes)
+        if ins.tensor not in self.held:
+            self.stats.stored_bytes += nbytes
+        return self._transfer(ins.tensor, nbytes, dst.dtype.itemsize)
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:
