@@ -34,6 +34,7 @@ class ConvSpec:
     pads: tuple[int, int, int, int]
     dtype: str = "float32"
     depthwise: bool = False  # one filter per channel (cin == cout), weights (kh, kw, 1, cout): the vector unit's
+    pack: int = 1  # > 1: kernel columns packed into input channels (kiln.npu.packing): kw is 1, cin pack x the input's
 
     @property
     def weight_cin(self) -> int:

@@ -1,7 +1,8 @@
 """The effect of each optimization on a placed model, measured on the simulator (timing only): the
 same steps lowered again with double buffering off, with the dense input layout instead of the
-conflict-free one, with the simple tiling instead of the cost model's, and with every intermediate
-going through DRAM (no on-chip scheduling, kiln.npu.onchip)."""
+conflict-free one, with the simple tiling instead of the cost model's, with every intermediate going
+through DRAM (no on-chip scheduling, kiln.npu.onchip) and with small-channel layers unpacked
+(kiln.npu.packing)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ VARIANTS: dict[str, tuple[Options, str]] = {
     "no conflict-free layout": (Options(conflict_free=False), "cost-model"),
     "simple tiling": (ALL_ON, "simple"),
     "no on-chip scheduling": (Options(onchip=False), "cost-model"),
+    "no column packing": (Options(pack_columns=False), "cost-model"),
 }
 
 

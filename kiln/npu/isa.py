@@ -31,7 +31,10 @@ POOL_OPS = ("max", "avg")
 class Load:
     """DMA from DRAM `tensor`'s region at `start` of `size` (4-d; parts outside the tensor read as `fill`
     and move no bytes) into `buf` slot `slot`. An input tile is laid out with `pitch` words per pixel and
-    `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads."""
+    `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads. With `pack` > 1
+    the DMA gathers kernel columns into channels (kiln.npu.packing): the tile's channel j * C + c of pixel
+    u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
+    count packed channels), one transfer moving each column offset's bytes."""
 
     buf: str
     slot: int
@@ -41,6 +44,7 @@ class Load:
     pitch: int = 0
     row_pitch: int = 0
     fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
+    pack: int = 1
     unit = "load"
 
 

@@ -31,6 +31,7 @@ class Options:
     double_buffer: bool = True
     conflict_free: bool = True
     onchip: bool = True  # intermediates held on chip between kernels when they fit (kiln.npu.onchip)
+    pack_columns: bool = True  # few input channels: kernel columns packed into channels (kiln.npu.packing)
 
 
 ALL_ON = Options()
@@ -89,7 +90,7 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         if q.step >= q.slots:
             q.out.append(Pop("load", "compute"))
         q.out.append(Load("inp", slot, inp, (n, oh * spec.stride - spec.pads[0], -spec.pads[1], ci),
-                          (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch))
+                          (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch, pack=spec.pack))
         resident = len(ci_starts) == 1
         if not resident or q.weights_for != (n, co):
             q.wgt_slot = q.weight_tiles % q.slots if resident else slot

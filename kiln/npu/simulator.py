@@ -186,10 +186,7 @@ class _State:
 
     def _load(self, ins: Load) -> int:
         src = self._held(ins.tensor, True) if ins.tensor in self.held else self.dram[ins.tensor]
-        lo = [max(0, s) for s in ins.start]
-        hi = [min(d, s + n) for d, s, n in zip(src.shape, ins.start, ins.size)]
-        inside = int(np.prod([max(0, h - low) for low, h in zip(lo, hi)]))
-        nbytes = inside * src.dtype.itemsize
+        nbytes = _inside(src.shape, ins) * src.dtype.itemsize
         words = -(-ins.size[3] // self.config.block_in)
         pitch, row_pitch = ins.pitch or words, ins.row_pitch or ins.size[2]
         held = ins.size[1] * row_pitch * pitch * self.config.block_in * src.dtype.itemsize
@@ -199,11 +196,7 @@ class _State:
             self.layouts[ins.slot] = (pitch, row_pitch)
         self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
         if self.functional:
-            tile = np.full(ins.size, ins.fill, dtype=src.dtype)
-            if inside:
-                region = tuple(slice(low, h) for low, h in zip(lo, hi))
-                dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
-                tile[dest] = src[region]
+            tile = _packed_region(src, ins) if ins.pack > 1 else _region(src, ins.start, ins.size, ins.fill)
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
         return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
 
@@ -279,6 +272,39 @@ class _State:
         if ins.tensor not in self.held:
             self.stats.stored_bytes += nbytes
         return self._transfer(ins.tensor, nbytes, dst.dtype.itemsize)
+
+
+def _region(src: np.ndarray, start: tuple[int, ...], size: tuple[int, ...], fill: float) -> np.ndarray:
+    """`src`'s region at `start` of `size`; what lies outside `src` reads as `fill`."""
+    lo = [max(0, s) for s in start]
+    hi = [min(d, s + n) for d, s, n in zip(src.shape, start, size)]
+    tile = np.full(size, fill, dtype=src.dtype)
+    if all(h > low for low, h in zip(lo, hi)):
+        tile[tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, start))] = src[
+            tuple(slice(low, h) for low, h in zip(lo, hi))]
+    return tile
+
+
+def _packed_region(src: np.ndarray, ins: Load) -> np.ndarray:
+    """A load gathering `ins.pack` column offsets into channels (see Load)."""
+    n, h, w, c = ins.start
+    cols = ins.size[2]
+    wide = _region(src, (n, h, w, 0), (1, ins.size[1], cols + ins.pack - 1, src.shape[3]), ins.fill)
+    packed = np.concatenate([wide[:, :, j:j + cols] for j in range(ins.pack)], axis=3)
+    return packed[..., c:c + ins.size[3]]
+
+
+def _inside(shape: tuple[int, ...], ins: Load) -> int:
+    """Elements of `ins`'s region inside a tensor of `shape`: what its DMA moves (each packed column
+    offset's, counted over the packed channels it keeps)."""
+    def count(start: tuple[int, ...], size: tuple[int, ...]) -> int:
+        return int(np.prod([max(0, min(d, s + k) - max(0, s)) for d, s, k in zip(shape, start, size)]))
+    if ins.pack == 1:
+        return count(ins.start, ins.size)
+    n, h, w, c = ins.start
+    per_offset = [len(range(max(c, j * shape[3]), min(c + ins.size[3], (j + 1) * shape[3])))
+                  for j in range(ins.pack)]
+    return sum(count((n, h, w + j, 0), (1, ins.size[1], ins.size[2], k)) for j, k in enumerate(per_offset) if k)
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:
