@@ -106,6 +106,6 @@ def _mac_cycles(spec: ConvSpec, rows: int, cin: int, cout: int, pitch: int, row_
     if spec.depthwise:
         return spec.kh * spec.kw * -(-rows * spec.out_w * cout // config.vector_lanes), 0
     passes = [banks.read_cycles(row_pitch, pitch, i, j, spec.stride, rows, spec.out_w, config.rows, config.banks)
-              for i in range(spec.kh) for j in range(spec.kw)]
+              for i in range(spec.kh) for j in spec.col_offsets]
     blocks = -(-cin // config.block_in) * -(-cout // config.block_out)
     return sum(c for c, _ in passes) * blocks, sum(k for _, k in passes) * blocks

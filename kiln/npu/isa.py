@@ -51,8 +51,8 @@ class Load:
 @dataclass(frozen=True)
 class Gemm:
     """acc[acc_slot] (+)= window(inp[inp_slot], kh, kw, stride) @ wgt[wgt_slot][kh, kw] on the matrix unit:
-    the input window is out_h x out_w pixels starting at (kh, kw) with step `stride`; `reset` starts the
-    accumulators from zero."""
+    the input window is out_h x out_w pixels starting at (kh, kw * col_step) with step `stride` (col_step:
+    kernel columns packed in groups, kiln.npu.packing); `reset` starts the accumulators from zero."""
 
     inp_slot: int
     wgt_slot: int
@@ -63,6 +63,7 @@ class Gemm:
     out_h: int
     out_w: int
     reset: bool
+    col_step: int = 1
     unit = "compute"
 
 

@@ -65,12 +65,18 @@ def _conv(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:
 def _maybe_packed(spec: ConvSpec, constants: dict[str, np.ndarray], config: NpuConfig, options: Options,
                   epilogue: tuple[EpilogueOp, ...]) -> ConvSpec:
     """`spec` with its kernel columns packed into channels (its weights in constants re-read to match) when
-    the cost model predicts the packed layer faster; else `spec`."""
+    a tile of the packed layer fits and the cost model predicts it faster; else `spec`."""
     candidate = packing.packed(spec, config)
-    if candidate is None or (tiling.best_cost(candidate, config, options, epilogue).cycles
-                             >= tiling.best_cost(spec, config, options, epilogue).cycles):
+    if candidate is None:
         return spec
-    constants["wgt"] = packing.packed_weights(constants["wgt"])
+    try:
+        faster = (tiling.best_cost(candidate, config, options, epilogue).cycles
+                  < tiling.best_cost(spec, config, options, epilogue).cycles)
+    except tiling.NoTileFitsError:  # the packed input's rows are wider: the unpacked layer's may still fit
+        return spec
+    if not faster:
+        return spec
+    constants["wgt"] = packing.packed_weights(constants["wgt"], candidate.pack)
     return candidate
 
 

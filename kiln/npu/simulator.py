@@ -207,16 +207,17 @@ class _State:
         if self.functional:
             inp = self.tiles[("inp", ins.inp_slot)]
             wgt = self.tiles[("wgt", ins.wgt_slot)][ins.kh, ins.kw]
+            col = ins.kw * ins.col_step
             window = inp[ins.kh:ins.kh + ins.stride * (ins.out_h - 1) + 1:ins.stride,
-                         ins.kw:ins.kw + ins.stride * (ins.out_w - 1) + 1:ins.stride]
+                         col:col + ins.stride * (ins.out_w - 1) + 1:ins.stride]
             a = window.reshape(-1, window.shape[-1]).astype(self.acc_dtype)
             product = (a @ wgt.astype(self.acc_dtype)).reshape(ins.out_h, ins.out_w, -1)
             key = ("acc", ins.acc_slot)
             self.tiles[key] = product if ins.reset else self.tiles[key] + product
         self._check_fits("acc", ins.out_h * ins.out_w * cout * self.acc_dtype.itemsize, "an accumulator tile")
         pitch, row_pitch = self.layouts[ins.inp_slot]
-        cycles, conflicts = banks.read_cycles(row_pitch, pitch, ins.kh, ins.kw, ins.stride, ins.out_h, ins.out_w,
-                                              c.rows, c.banks)
+        cycles, conflicts = banks.read_cycles(row_pitch, pitch, ins.kh, ins.kw * ins.col_step, ins.stride, ins.out_h,
+                                              ins.out_w, c.rows, c.banks)
         blocks = -(-cin // c.block_in) * -(-cout // c.block_out)
         self.stats.conflicts += conflicts * blocks
         self.stats.gemm_cycles += cycles * blocks
