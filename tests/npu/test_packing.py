@@ -99,3 +99,18 @@ def test_resnet18s_first_layer_packed_takes_fewer_matrix_cycles_with_the_same_re
     (packed_by, on), (unpacked_by, off) = runs[True], runs[False]
     assert (packed_by, unpacked_by) == (4, 1)  # 2 groups of 4 columns: one word per pixel
     assert on.gemm_cycles * 3 < off.gemm_cycles and on.cycles < off.cycles
+
+
+def test_a_layer_whose_packed_rows_fit_no_tile_stays_unpacked():
+    """9 channels packed by 3 take two words a pixel where the layer takes one: at 8 KB of input buffer
+    only the unpacked rows fit."""
+    x = Var("x", TensorType((1, 9, 16, 16), "float32"))
+    w = Constant(np.random.default_rng(6).standard_normal((16, 9, 3, 3)).astype(np.float32))
+    mod = IRModule({"main": Function((x,), get_op("nn.conv")(x, w, pads=(1, 1, 1, 1)))})
+    config = NpuConfig(inp_bytes=8 << 10)
+    assert packed(ConvSpec(1, 16, 16, 9, 16, 3, 3, 1, (1, 1, 1, 1)), config).pack == 3
+    built = build_npu(mod, Target.parse("npu-sim"), config=config)
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 9, 16, 16)).astype(np.float32)}
+    np.testing.assert_allclose(built.run(feeds)[0], kiln.evaluate(mod, feeds)[0], rtol=1e-4, atol=1e-4)
+    (kernel, _), = built.runner.last_run.kernels
+    assert kernel.spec.pack == 1
