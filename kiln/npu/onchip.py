@@ -45,14 +45,13 @@ ACC_ITEMSIZE = 4  # int32 or float32 accumulators; the upper bound of an operand
 @dataclass(frozen=True)
 class Candidate:
     """A tensor that may stay on chip: produced by kernel `producer`, read by kernels `readers` (through
-    their operand names `names[reader]`); `saving` is the cost model's cycles saved by holding it."""
+    their operand names `names[reader]`)."""
 
     producer: int
     readers: tuple[int, ...]
     names: dict[int, tuple[str, ...]]
     shape: tuple[int, int, int, int]
     dtype: str
-    saving: int
 
     @property
     def span(self) -> range:
@@ -69,7 +68,8 @@ def schedule(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | 
     needs = {i: buffer_needs(k.program, config) for i, k in enumerate(kernels) if k is not None}
     held: dict[int, list[Held]] = {i: [] for i in needs}
     chosen: list[tuple[Candidate, Held]] = []
-    for cand in sorted(candidates(fn, steps, kernels, config), key=lambda c: (-c.saving, c.producer)):
+    found = candidates(fn, steps, kernels)
+    for cand in sorted(found, key=lambda c: (-saving(c, kernels, config), c.producer)):
         buf = _roomiest(cand, needs, held, config)
         if buf is None:
             continue
@@ -80,9 +80,8 @@ def schedule(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | 
     return [None if k is None else _with_held(k, i, held[i], chosen) for i, k in enumerate(kernels)]
 
 
-def candidates(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | None],
-               config: NpuConfig) -> list[Candidate]:
-    """The accelerator kernels' outputs that may stay on chip (see the module doc), with their savings."""
+def candidates(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | None]) -> list[Candidate]:
+    """The accelerator kernels' outputs that may stay on chip (see the module doc)."""
     outside = {id(e) for e in _flat(fn.body)}
     for step, kernel in zip(steps, kernels):
         if kernel is None:
@@ -96,8 +95,7 @@ def candidates(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel 
         readers = tuple(j for j, n in names.items() if n)
         if not readers or any(kernels[j] is None for j in range(i, max(readers) + 1)):
             continue
-        cand = Candidate(i, readers, {j: names[j] for j in readers}, kernel.out_shape, kernel.spec.dtype, 0)
-        out.append(dataclasses.replace(cand, saving=_saving(cand, kernels, config)))
+        out.append(Candidate(i, readers, {j: names[j] for j in readers}, kernel.out_shape, kernel.spec.dtype))
     return out
 
 
@@ -108,8 +106,9 @@ def _flat(e: object) -> list[Expr]:
     return [e] if isinstance(e, Expr) else []
 
 
-def _saving(cand: Candidate, kernels: Sequence[NpuKernel | None], config: NpuConfig) -> int:
-    """DMA cycles of the transfers holding `cand` replaces, less the on-chip moves replacing them."""
+def saving(cand: Candidate, kernels: Sequence[NpuKernel | None], config: NpuConfig) -> int:
+    """The cost model of holding `cand`: the DMA cycles of the transfers it replaces, less the on-chip
+    moves replacing them."""
     itemsize = np.dtype(cand.dtype).itemsize
     moved = [_moved(ins, cand.shape, itemsize) for ins in kernels[cand.producer].program.instructions
              if isinstance(ins, Store) and ins.tensor == "out"]
