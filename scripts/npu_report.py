@@ -4,6 +4,7 @@
 - the matrix unit's utilization against the roofline on compute-bound conv layers (goal >= 80%);
 - the share of DMA time double buffering hides where compute dominates (goal >= 90%), and without it;
 - bank conflicts of the matrix unit's reads with the conflict-free layout (goal 0) and without it;
+- DMA bytes and cycles with and without on-chip scheduling (intermediates held on chip between kernels);
 - the share of layers where the cost model's tile is within 5% of the simulator's best (goal >= 90%).
 
     PYTHONPATH=. python scripts/npu_report.py [--size 224] [--models resnet18,mobilenet_v2] [--skip-tiles]
@@ -22,6 +23,8 @@ import numpy as np
 import kiln
 from kiln.models import mobilenet_v2, resnet18
 from kiln.npu import effects
+from kiln.npu.lower_conv import Options
+from kiln.npu.lower_step import lower_steps
 from kiln.npu.report import MATRIX_KINDS, format_lines, kernel_line
 from kiln.npu.tile_search import check_tiles
 
@@ -48,14 +51,21 @@ def report(name: str, size: int, tiles: bool) -> None:
     roof = [k.of_roofline for k in bound]
     print(f"compute-bound conv layers: {len(bound)}; of roofline: min {min(roof, default=0):.1%}, "
           f"mean {np.mean(roof) if roof else 0:.1%} (goal >= 80%)")
-    by_variant = {e.variant: e for e in effects.measure([s for s, _ in runner.steps], config)}
+    by_variant = {e.variant: e for e in effects.measure(runner.mod.main, [s for s, _ in runner.steps], config)}
     print("\n".join(effects.format_effects(list(by_variant.values()))))
     print(f"DMA hidden where compute dominates: {by_variant['all optimizations'].dma_hidden:.1%} with double "
           f"buffering (goal >= 90%), {by_variant['no double buffering'].dma_hidden:.1%} without")
     print(f"matrix-unit bank conflicts: {by_variant['all optimizations'].conflicts} with the conflict-free layout "
           f"(goal 0), {by_variant['no conflict-free layout'].conflicts} without")
-    if tiles:
-        _tile_report([k for k, _ in cost.kernels if k.kind in MATRIX_KINDS or k.kind == "depthwise"], config)
+    on, off = by_variant["all optimizations"], by_variant["no on-chip scheduling"]
+    print(f"on-chip scheduling: {sum(k.held_output is not None for k, _ in cost.kernels)} of {len(cost.kernels)} "
+          f"kernel outputs held on chip; DMA bytes {off.dma_bytes} -> {on.dma_bytes} "
+          f"({1 - on.dma_bytes / off.dma_bytes:.1%} less), cycles {off.cycles} -> {on.cycles} "
+          f"({1 - on.cycles / off.cycles:.1%} less)")
+    if tiles:  # each layer on its own (its tensors in DRAM), as the cost model tiles it
+        steps = [s for s, _ in runner.steps]
+        _tile_report([k for k in lower_steps(runner.mod.main, steps, config, Options(onchip=False))
+                      if k is not None and (k.kind in MATRIX_KINDS or k.kind == "depthwise")], config)
 
 
 def _tile_report(kernels: list, config) -> None:

@@ -5,6 +5,10 @@ output pixels' input pixels). Pixel (h, w) of a tile laid out with `pitch` words
 `row_pitch` pixels per row starts at word (h * row_pitch + w) * pitch; a word lives in bank
 address % banks. Reads of one cycle that meet in a bank serialize: a group of reads costs as many
 cycles as its most-used bank is read. The simulator and the layout search share this one count.
+
+An on-chip move (a held tensor's hand-off, kiln.npu.isa.Held) reads and writes whole words at
+consecutive addresses, one word per bank per cycle: it meets no bank twice in a cycle whatever the
+layout, so it has no conflicts and costs its words over the banks.
 """
 
 from __future__ import annotations
@@ -52,3 +56,9 @@ def conflict_free_layout(width: int, words: int, kernel: tuple[int, int], stride
             best = (cost, pitch, row_pitch)
     assert best is not None
     return best[1], best[2]
+
+
+def move_cycles(nbytes: int, itemsize: int, block_in: int, banks: int) -> int:
+    """Cycles of an on-chip move of `nbytes` (elements of `itemsize` bytes): one `block_in`-element word per
+    bank per cycle."""
+    return max(1, -(-nbytes // (banks * block_in * itemsize)))

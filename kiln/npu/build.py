@@ -23,7 +23,7 @@ from kiln.npu.executor import NpuExecutor
 from kiln.npu.int8_placement import int8_steps
 from kiln.npu.int8_weights import Int8Weights
 from kiln.npu.lower_conv import ALL_ON, Options
-from kiln.npu.lower_step import TILINGS, lower_step
+from kiln.npu.lower_step import TILINGS, lower_steps
 from kiln.npu.placement import place, summary
 from kiln.target import Target
 from kiln.transform import PASSES
@@ -53,8 +53,7 @@ def build_npu(model: Any, target: Target, opt_level: int = 2, *, config: NpuConf
     report.add("optimize", time.perf_counter() - t0, f"{len(NPU_PASSES)} passes", progress)
     t0 = time.perf_counter()
     steps = place(mod.main, partial(int8_steps, weights=int8_weights))
-    kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling)
-               if s.device == "npu" else None for i, s in enumerate(steps)]
+    kernels = lower_steps(mod.main, steps, config, options, tiling)
     report.kernels = sum(k is not None for k in kernels)
     where = summary(steps)
     report.add("lower", time.perf_counter() - t0, f"{where['npu']} accelerator kernel(s), {where['cpu']} CPU "

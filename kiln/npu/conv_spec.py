@@ -34,6 +34,7 @@ class ConvSpec:
     pads: tuple[int, int, int, int]
     dtype: str = "float32"
     depthwise: bool = False  # one filter per channel (cin == cout), weights (kh, kw, 1, cout): the vector unit's
+    pack: int = 1  # > 1: kernel columns packed into input channels (kiln.npu.packing): kw groups of `pack` columns
 
     @property
     def weight_cin(self) -> int:
@@ -46,7 +47,7 @@ class ConvSpec:
 
     @property
     def out_w(self) -> int:
-        return (self.w + self.pads[1] + self.pads[3] - self.kw) // self.stride + 1
+        return (self.w + self.pads[1] + self.pads[3] - self.kw_span) // self.stride + 1
 
     @property
     def macs(self) -> int:
@@ -62,7 +63,17 @@ class ConvSpec:
 
     @property
     def in_cols(self) -> int:
-        return (self.out_w - 1) * self.stride + self.kw
+        return (self.out_w - 1) * self.stride + self.kw_span
+
+    @property
+    def col_offsets(self) -> tuple[int, ...]:
+        """The input-tile column each kernel column (group, when packed) starts its window at."""
+        return tuple(j * self.pack for j in range(self.kw))
+
+    @property
+    def kw_span(self) -> int:
+        """Tile columns one output pixel's window spans."""
+        return (self.kw - 1) * self.pack + 1
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.lower_conv import ALL_ON, Options, input_layout
+from kiln.npu.packing import inside_columns
 
 TOKEN_CYCLES = 1  # a Push or a Pop
 
@@ -72,15 +73,15 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
             for k_oh, oh in enumerate(range(0, spec.out_h, tile.rows)):
                 rows = min(tile.rows, spec.out_h - oh)
                 pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
-                inside = _inside_rows(spec, oh, rows) * min(spec.in_cols, spec.w)
+                inside = _inside_rows(spec, oh, rows) * inside_columns(spec)
                 out_bytes = rows * spec.out_w * cout * spec.itemsize
                 operands = [cout * spec.itemsize if e.per_channel else out_bytes for e in epilogue if e.tensor]
                 for k, ci in enumerate(ci_starts):
                     cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
                     macs, lost = _mac_cycles(spec, rows, cin, cout, pitch, row_pitch, config)
                     wgt = spec.kh * spec.kw * (1 if spec.depthwise else cin) * cout * spec.itemsize
-                    moved = [inside * cin * spec.itemsize] + ([wgt] if not resident or k_oh == 0 else []) + \
-                        (operands if k == 0 else [])
+                    moved = [inside * (cin // spec.pack) * spec.itemsize] + \
+                        ([wgt] if not resident or k_oh == 0 else []) + (operands if k == 0 else [])
                     last = k == len(ci_starts) - 1
                     vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes) if last else 0
                     pipe.step(sum(config.dma_cycles(b) for b in moved) + 2 * TOKEN_CYCLES,
@@ -105,6 +106,6 @@ def _mac_cycles(spec: ConvSpec, rows: int, cin: int, cout: int, pitch: int, row_
     if spec.depthwise:
         return spec.kh * spec.kw * -(-rows * spec.out_w * cout // config.vector_lanes), 0
     passes = [banks.read_cycles(row_pitch, pitch, i, j, spec.stride, rows, spec.out_w, config.rows, config.banks)
-              for i in range(spec.kh) for j in range(spec.kw)]
+              for i in range(spec.kh) for j in spec.col_offsets]
     blocks = -(-cin // config.block_in) * -(-cout // config.block_out)
     return sum(c for c, _ in passes) * blocks, sum(k for _, k in passes) * blocks

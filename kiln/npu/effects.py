@@ -1,6 +1,8 @@
 """The effect of each optimization on a placed model, measured on the simulator (timing only): the
 same steps lowered again with double buffering off, with the dense input layout instead of the
-conflict-free one, and with the simple tiling instead of the cost model's."""
+conflict-free one, with the simple tiling instead of the cost model's, with every intermediate going
+through DRAM (no on-chip scheduling, kiln.npu.onchip) and with small-channel layers unpacked
+(kiln.npu.packing)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kiln.ir.expr import Function
 from kiln.npu.config import NpuConfig
 from kiln.npu.kernel import NpuKernel
 from kiln.npu.lower_conv import ALL_ON, Options
-from kiln.npu.lower_step import lower_step
+from kiln.npu.lower_step import lower_steps
 from kiln.npu.placement import Step
 from kiln.npu.report import KernelLine, kernel_line
 from kiln.npu.simulator import Simulator
@@ -21,6 +24,8 @@ VARIANTS: dict[str, tuple[Options, str]] = {
     "no double buffering": (Options(double_buffer=False), "cost-model"),
     "no conflict-free layout": (Options(conflict_free=False), "cost-model"),
     "simple tiling": (ALL_ON, "simple"),
+    "no on-chip scheduling": (Options(onchip=False), "cost-model"),
+    "no column packing": (Options(pack_columns=False), "cost-model"),
 }
 
 
@@ -36,6 +41,10 @@ class Effect:
         return sum(k.cycles for k in self.lines)
 
     @property
+    def dma_bytes(self) -> int:
+        return sum(k.dma_bytes for k in self.lines)
+
+    @property
     def conflicts(self) -> int:
         return sum(k.conflicts for k in self.lines)
 
@@ -49,7 +58,7 @@ class Effect:
 
 
 def timed(kernel: NpuKernel, config: NpuConfig) -> KernelLine:
-    """A kernel's report line from a timing-only run (DRAM tensors of the right shapes, never read)."""
+    """A kernel's report line from a timing-only run (DRAM and held tensors of the right shapes, never read)."""
     dram = kernel.dram({k: np.zeros(_device_shape(e.type.shape), kernel.spec.dtype)
                         for k, e in kernel.operands.items()})
     return kernel_line(kernel, Simulator(config).run(kernel.program, dram, functional=False), config)
@@ -59,20 +68,21 @@ def _device_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 else (1, 1, *shape)
 
 
-def measure(steps: list[Step], config: NpuConfig, variants: tuple[str, ...] = tuple(VARIANTS)) -> list[Effect]:
-    """Each variant's kernels, lowered again from the placed accelerator steps and timed."""
+def measure(fn: Function, steps: list[Step], config: NpuConfig,
+            variants: tuple[str, ...] = tuple(VARIANTS)) -> list[Effect]:
+    """Each variant's kernels, lowered again from `fn`'s placed steps and timed."""
     out = []
     for variant in variants:
         options, tiling = VARIANTS[variant]
-        lines = [timed(lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling), config)
-                 for i, s in enumerate(steps) if s.device == "npu"]
+        lines = [timed(k, config) for k in lower_steps(fn, steps, config, options, tiling) if k is not None]
         out.append(Effect(variant, lines))
     return out
 
 
 def format_effects(effects: list[Effect]) -> list[str]:
     base = effects[0].cycles
-    out = [f"{'variant':26s} {'cycles':>12s} {'vs all':>7s} {'conflicts':>9s} {'DMA hidden':>10s}"]
+    out = [f"{'variant':26s} {'cycles':>12s} {'vs all':>7s} {'DMA bytes':>12s} {'conflicts':>9s} {'DMA hidden':>10s}"]
     for e in effects:
-        out.append(f"{e.variant:26s} {e.cycles:12d} {e.cycles / base:6.2f}x {e.conflicts:9d} {e.dma_hidden:10.1%}")
+        out.append(f"{e.variant:26s} {e.cycles:12d} {e.cycles / base:6.2f}x {e.dma_bytes:12d} {e.conflicts:9d} "
+                   f"{e.dma_hidden:10.1%}")
     return out

@@ -63,13 +63,15 @@ class NpuExecutor:
         main = self.mod.main
         values = _Values(self._inputs(main.params, feeds))
         cost = RunCost()
+        onchip: dict[str, np.ndarray] = {}  # the held tensors, from their producer to their last reader
         for step, kernel in self.steps:
             if kernel is None:
                 self._cpu_step(step, values, cost)
             else:
                 dram = kernel.dram({k: values.device(e, cost) for k, e in kernel.operands.items()})
-                cost.kernels.append((kernel, self.simulator.run(kernel.program, dram)))
-                values.set_device(step.result, dram["out"])
+                cost.kernels.append((kernel, self.simulator.run(kernel.program, dram, onchip=onchip)))
+                if kernel.held_output is None:
+                    values.set_device(step.result, dram["out"])
         self._last.cost = cost
         body = main.body
         fields = body.fields if isinstance(body, Tuple) else (body,)

@@ -6,6 +6,12 @@ load->compute, compute->load, compute->store and store->compute (VTA's decoupled
 Tensors in DRAM are 4-d numpy arrays named in a dict: feature maps NHWC, weights (KH, KW, Cin, Cout),
 per-channel vectors (1, 1, 1, C). On chip, a buffer holds tiles in slots: input, accumulator and
 operand tiles are (H, W, C) (a load takes one image), weight tiles (KH, KW, Cin, Cout).
+
+A program may also keep tensors on chip (`Held`: graph scheduling for on-chip memory, kiln.npu.onchip).
+A held tensor lives in a region of one buffer that the program's slots leave free, and it outlives the
+program: the next programs of one run find it there. A Load or Store that names a held tensor instead of
+a DRAM one is an on-chip move (the hand-off from one layer's accumulators to the next one's input tiles),
+done by the same unit but at the buffers' width (kiln.npu.banks.move_cycles), with no DMA bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ POOL_OPS = ("max", "avg")
 class Load:
     """DMA from DRAM `tensor`'s region at `start` of `size` (4-d; parts outside the tensor read as `fill`
     and move no bytes) into `buf` slot `slot`. An input tile is laid out with `pitch` words per pixel and
-    `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads."""
+    `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads. With `pack` > 1
+    the DMA gathers kernel columns into channels (kiln.npu.packing): the tile's channel j * C + c of pixel
+    u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
+    count packed channels), one transfer moving each column offset's bytes."""
 
     buf: str
     slot: int
@@ -35,14 +44,15 @@ class Load:
     pitch: int = 0
     row_pitch: int = 0
     fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
+    pack: int = 1
     unit = "load"
 
 
 @dataclass(frozen=True)
 class Gemm:
     """acc[acc_slot] (+)= window(inp[inp_slot], kh, kw, stride) @ wgt[wgt_slot][kh, kw] on the matrix unit:
-    the input window is out_h x out_w pixels starting at (kh, kw) with step `stride`; `reset` starts the
-    accumulators from zero."""
+    the input window is out_h x out_w pixels starting at (kh, kw * col_step) with step `stride` (col_step:
+    kernel columns packed in groups, kiln.npu.packing); `reset` starts the accumulators from zero."""
 
     inp_slot: int
     wgt_slot: int
@@ -53,6 +63,7 @@ class Gemm:
     out_h: int
     out_w: int
     reset: bool
+    col_step: int = 1
     unit = "compute"
 
 
@@ -155,17 +166,37 @@ class Pop:
     frm: str
 
 
+@dataclass(frozen=True)
+class Held:
+    """A tensor of `shape` (NHWC) and `dtype` kept in a region of buffer `buf` while a program runs."""
+
+    tensor: str
+    buf: str
+    shape: tuple[int, int, int, int]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
 Instruction = Load | Gemm | DepthwiseMac | Alu | Dequantize | Requantize | Pool | Store | Push | Pop
 
 
 @dataclass
 class Program:
-    """An instruction stream and how it splits each buffer into equal slots (a tile must fit its slot)."""
+    """An instruction stream and how it splits each buffer into equal slots (a tile must fit its slot);
+    the slots share what the held tensors leave of a buffer."""
 
     name: str
     instructions: list[Instruction]
     slots: dict[str, int]
     dtype: np.dtype = np.dtype("float32")  # the data type of input and weight tiles
+    held: tuple[Held, ...] = ()
+
+    def held_bytes(self, buf: str) -> int:
+        """Bytes of buffer `buf` the held tensors take."""
+        return sum(h.nbytes for h in self.held if h.buf == buf)
 
     def queues(self) -> dict[str, list[Instruction]]:
         """The fetch stage: each unit's instructions, in program order."""

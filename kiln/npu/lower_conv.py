@@ -30,6 +30,8 @@ class Options:
 
     double_buffer: bool = True
     conflict_free: bool = True
+    onchip: bool = True  # intermediates held on chip between kernels when they fit (kiln.npu.onchip)
+    pack_columns: bool = True  # few input channels: kernel columns packed into channels (kiln.npu.packing)
 
 
 ALL_ON = Options()
@@ -40,7 +42,7 @@ def input_layout(spec: ConvSpec, tile: Tile, rows: int, config: NpuConfig, confl
     words = -(-min(tile.cin, spec.cin) // config.block_in)
     if not conflict_free:
         return words, spec.in_cols
-    return banks.conflict_free_layout(spec.in_cols, words, (spec.kh, spec.kw), spec.stride, rows, spec.out_w,
+    return banks.conflict_free_layout(spec.in_cols, words, (spec.kh, spec.kw_span), spec.stride, rows, spec.out_w,
                                       config.rows, config.banks)
 
 
@@ -81,14 +83,13 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
     acc_slot = q.tile % q.slots
     aux_base = (q.tile % q.slots) * aux_per_tile
     ci_starts = [co] if spec.depthwise else range(0, spec.cin, tile.cin)
-    mac = DepthwiseMac if spec.depthwise else Gemm
     for k, ci in enumerate(ci_starts):
         cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
         slot = q.step % q.slots
         if q.step >= q.slots:
             q.out.append(Pop("load", "compute"))
         q.out.append(Load("inp", slot, inp, (n, oh * spec.stride - spec.pads[0], -spec.pads[1], ci),
-                          (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch))
+                          (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch, pack=spec.pack))
         resident = len(ci_starts) == 1
         if not resident or q.weights_for != (n, co):
             q.wgt_slot = q.weight_tiles % q.slots if resident else slot
@@ -102,7 +103,7 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         q.out.append(Pop("compute", "load"))
         if k == 0 and q.tile >= q.slots:
             q.out.append(Pop("compute", "store"))
-        q.out += [mac(slot, q.wgt_slot, acc_slot, i, j, spec.stride, rows, spec.out_w, k == 0 and i == j == 0)
+        q.out += [_mac(spec, slot, q.wgt_slot, acc_slot, (i, j), rows, k == 0 and i == j == 0)
                   for i in range(spec.kh) for j in range(spec.kw)]
         if k == len(ci_starts) - 1:
             q.out += _epilogue(epilogue, acc_slot, aux_base)
@@ -112,6 +113,15 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
     q.out += [Pop("store", "compute"), Store(acc_slot, dst, (n, oh, 0, co), (1, rows, spec.out_w, cout)),
               Push("store", "compute")]
     q.tile += 1
+
+
+def _mac(spec: ConvSpec, slot: int, wgt_slot: int, acc_slot: int, offset: tuple[int, int], rows: int,
+         reset: bool) -> Instruction:
+    """One kernel offset's multiply-adds: a GEMM (its window column stepped by a packed layer's groups), or
+    a depthwise one on the vector unit."""
+    if spec.depthwise:
+        return DepthwiseMac(slot, wgt_slot, acc_slot, *offset, spec.stride, rows, spec.out_w, reset)
+    return Gemm(slot, wgt_slot, acc_slot, *offset, spec.stride, rows, spec.out_w, reset, spec.pack)
 
 
 def _load_operands(q: _Queues, spec: ConvSpec, epilogue: Sequence[EpilogueOp], at: tuple[int, int, int], rows: int,

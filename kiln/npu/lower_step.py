@@ -1,13 +1,15 @@
 """From a placed step (kiln.npu.placement) to an NpuKernel: the layer's shape as a ConvSpec, the
 weights and per-channel constants laid out for the machine (weights (KH, KW, Cin, Cout), vectors
-(1, 1, 1, C)), the tile (the cost model's pick, or the simple tiling) and the program."""
+(1, 1, 1, C)), few input channels packed with the kernel's columns when the cost model says it is faster
+(kiln.npu.packing), the tile (the cost model's pick, or the simple tiling) and the program; and a model's
+steps to their kernels, with the intermediates that fit held on chip (kiln.npu.onchip)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir.expr import Call, Constant, Expr
-from kiln.npu import tiling
+from kiln.ir.expr import Call, Constant, Expr, Function
+from kiln.npu import onchip, packing, tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp
 from kiln.npu.int8_lowering import lower_int8
@@ -20,6 +22,15 @@ from kiln.npu.placement import Step
 TILINGS = ("cost-model", "simple")
 
 
+def lower_steps(fn: Function, steps: list[Step], config: NpuConfig, options: Options = ALL_ON,
+                tiling_mode: str = "cost-model") -> list[NpuKernel | None]:
+    """The kernel of each accelerator step of `fn` (None for a CPU step), named by its place; with
+    `options.onchip`, the intermediates that fit stay on chip between them."""
+    kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling_mode)
+               if s.device == "npu" else None for i, s in enumerate(steps)]
+    return onchip.schedule(fn, steps, kernels, config) if options.onchip else kernels
+
+
 def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_ON,
                tiling_mode: str = "cost-model") -> NpuKernel:
     """The kernel of an accelerator step."""
@@ -30,6 +41,8 @@ def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_
         return _pool(step.anchor, name, config, options)
     spec, constants = _conv(step.anchor) if op == "nn.conv" else _dense(step.anchor)
     epilogue, operands = _epilogue(step, constants)
+    if options.pack_columns:
+        spec = _maybe_packed(spec, constants, config, options, tuple(epilogue))
     choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
     tile = choose(spec, config, options, tuple(epilogue))
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
@@ -51,6 +64,24 @@ def _conv(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:
     if len(call.args) > 2 and isinstance(call.args[2], Constant):
         constants["bias"] = call.args[2].data.reshape(1, 1, 1, cout)
     return spec, constants
+
+
+def _maybe_packed(spec: ConvSpec, constants: dict[str, np.ndarray], config: NpuConfig, options: Options,
+                  epilogue: tuple[EpilogueOp, ...]) -> ConvSpec:
+    """`spec` with its kernel columns packed into channels (its weights in constants re-read to match) when
+    a tile of the packed layer fits and the cost model predicts it faster; else `spec`."""
+    candidate = packing.packed(spec, config)
+    if candidate is None:
+        return spec
+    try:
+        faster = (tiling.best_cost(candidate, config, options, epilogue).cycles
+                  < tiling.best_cost(spec, config, options, epilogue).cycles)
+    except tiling.NoTileFitsError:  # the packed input's rows are wider: the unpacked layer's may still fit
+        return spec
+    if not faster:
+        return spec
+    constants["wgt"] = packing.packed_weights(constants["wgt"], candidate.pack)
+    return candidate
 
 
 def _dense(call: Call) -> tuple[ConvSpec, dict[str, np.ndarray]]:

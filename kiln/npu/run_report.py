@@ -29,5 +29,5 @@ def run_report(model: Any, wall_s: float | None = None, with_effects: bool = Tru
                    f"({cost.total().instructions / wall_s:.0f} instructions/s, functional and cycles)")
     if with_effects:
         out.append("effect of each optimization (cycles of the accelerator kernels, timing-only runs):")
-        out += effects.format_effects(effects.measure([s for s, _ in runner.steps], config))
+        out += effects.format_effects(effects.measure(runner.mod.main, [s for s, _ in runner.steps], config))
     return out

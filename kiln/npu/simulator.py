@@ -6,6 +6,9 @@ The cycle model is an event loop over the three queues: the next instruction to 
 can start earliest; a Pop starts when its token arrives, a Push hands its unit's time to the channel.
 Instructions run functionally in that order, so a program whose tokens do not order a slot's reuse
 computes wrong results here as it would on the machine.
+
+Held tensors (kiln.npu.isa.Held) live in `onchip`, a dict the caller keeps across the programs of one
+run; their loads and stores are on-chip moves, counted in `onchip_bytes` and not in `dma_bytes`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kiln.errors import KilnError
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.isa import (
+    BUFFERS,
     CHANNELS,
     UNITS,
     Alu,
@@ -53,6 +57,7 @@ class SimStats:
     stored_bytes: int = 0  # of dma_bytes, those the store unit's DMA port wrote back
     conflicts: int = 0
     instructions: int = 0
+    onchip_bytes: int = 0  # moved between buffers and held tensors instead of DRAM
 
     def add(self, other: SimStats) -> None:
         """Accumulate `other` as if it ran after this (kernels of one model run one after another)."""
@@ -66,17 +71,20 @@ class SimStats:
         self.stored_bytes += other.stored_bytes
         self.conflicts += other.conflicts
         self.instructions += other.instructions
+        self.onchip_bytes += other.onchip_bytes
 
 
 class Simulator:
     """One accelerator: run(program, dram) executes `program` over the DRAM tensors in `dram` (updated in
-    place by stores). With functional=False only the cycles are counted (for tile searches)."""
+    place by stores). With functional=False only the cycles are counted (for tile searches). `onchip` holds
+    the held tensors between the programs of one run (a fresh dict when not given)."""
 
     def __init__(self, config: NpuConfig | None = None):
         self.config = config or NpuConfig()
 
-    def run(self, program: Program, dram: dict[str, np.ndarray], functional: bool = True) -> SimStats:
-        state = _State(self.config, program, dram, functional)
+    def run(self, program: Program, dram: dict[str, np.ndarray], functional: bool = True,
+            onchip: dict[str, np.ndarray] | None = None) -> SimStats:
+        state = _State(self.config, program, dram, functional, {} if onchip is None else onchip)
         queues = {u: deque(q) for u, q in program.queues().items()}
         tokens: dict[tuple[str, str], deque[int]] = {c: deque() for c in CHANNELS}
         clock = dict.fromkeys(UNITS, 0)
@@ -121,8 +129,15 @@ def _next(queues: dict[str, deque], tokens: dict[tuple[str, str], deque[int]],
 class _State:
     """The on-chip buffers of one run and the cost of each instruction."""
 
-    def __init__(self, config: NpuConfig, program: Program, dram: dict[str, np.ndarray], functional: bool):
+    def __init__(self, config: NpuConfig, program: Program, dram: dict[str, np.ndarray], functional: bool,
+                 onchip: dict[str, np.ndarray]):
         self.config, self.program, self.dram, self.functional = config, program, dram, functional
+        self.onchip = onchip
+        self.held = {h.tensor: h for h in program.held}
+        for buf in BUFFERS:
+            if program.held_bytes(buf) > getattr(config, f"{buf}_bytes"):
+                raise NpuProgramError(f"{program.name}: held tensors need {program.held_bytes(buf)} bytes of buffer "
+                                      f"{buf!r}, which holds {getattr(config, f'{buf}_bytes')}")
         self.tiles: dict[tuple[str, int], np.ndarray] = {}
         self.shapes: dict[tuple[str, int], tuple[int, ...]] = {}  # kept in timing-only runs too
         self.layouts: dict[int, tuple[int, int]] = {}
@@ -150,7 +165,25 @@ class _State:
         return 1  # Push / Pop: one cycle to pass the token
 
     def _slot_bytes(self, buf: str) -> int:
-        return getattr(self.config, f"{buf}_bytes") // self.program.slots.get(buf, 1)
+        free = getattr(self.config, f"{buf}_bytes") - self.program.held_bytes(buf)
+        return free // self.program.slots.get(buf, 1)
+
+    def _held(self, name: str, reading: bool) -> np.ndarray:
+        """A held tensor's on-chip storage; a functional run may read only one an earlier store wrote."""
+        if name not in self.onchip:
+            if reading and self.functional:
+                raise NpuProgramError(f"{self.program.name}: reads held tensor {name!r} before any program "
+                                      "stored it")
+            self.onchip[name] = np.zeros(self.held[name].shape, self.held[name].dtype)
+        return self.onchip[name]
+
+    def _transfer(self, name: str, nbytes: int, itemsize: int) -> int:
+        """The cycles of moving `nbytes` of tensor `name`: on chip when it is held, else by DMA."""
+        if name in self.held:
+            self.stats.onchip_bytes += nbytes
+            return banks.move_cycles(nbytes, itemsize, self.config.block_in, self.config.banks)
+        self.stats.dma_bytes += nbytes
+        return self.config.dma_cycles(nbytes)
 
     def _check_fits(self, buf: str, nbytes: int, what: str) -> None:
         if nbytes > self._slot_bytes(buf):
@@ -158,11 +191,8 @@ class _State:
                                   f"holds {self._slot_bytes(buf)} ({self.program.slots.get(buf, 1)} slot(s))")
 
     def _load(self, ins: Load) -> int:
-        src = self.dram[ins.tensor]
-        lo = [max(0, s) for s in ins.start]
-        hi = [min(d, s + n) for d, s, n in zip(src.shape, ins.start, ins.size)]
-        inside = int(np.prod([max(0, h - low) for low, h in zip(lo, hi)]))
-        nbytes = inside * src.dtype.itemsize
+        src = self._held(ins.tensor, True) if ins.tensor in self.held else self.dram[ins.tensor]
+        nbytes = _inside(src.shape, ins) * src.dtype.itemsize
         words = -(-ins.size[3] // self.config.block_in)
         pitch, row_pitch = ins.pitch or words, ins.row_pitch or ins.size[2]
         held = ins.size[1] * row_pitch * pitch * self.config.block_in * src.dtype.itemsize
@@ -172,14 +202,9 @@ class _State:
             self.layouts[ins.slot] = (pitch, row_pitch)
         self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
         if self.functional:
-            tile = np.full(ins.size, _fill(ins.fill, src.dtype), dtype=src.dtype)
-            if inside:
-                region = tuple(slice(low, h) for low, h in zip(lo, hi))
-                dest = tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, ins.start))
-                tile[dest] = src[region]
+            tile = _packed_region(src, ins) if ins.pack > 1 else _region(src, ins.start, ins.size, ins.fill)
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
-        self.stats.dma_bytes += nbytes
-        return self.config.dma_cycles(nbytes)
+        return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
 
     def _gemm(self, ins: Gemm) -> int:
         c = self.config
@@ -188,16 +213,17 @@ class _State:
         if self.functional:
             inp = self.tiles[("inp", ins.inp_slot)]
             wgt = self.tiles[("wgt", ins.wgt_slot)][ins.kh, ins.kw]
+            col = ins.kw * ins.col_step
             window = inp[ins.kh:ins.kh + ins.stride * (ins.out_h - 1) + 1:ins.stride,
-                         ins.kw:ins.kw + ins.stride * (ins.out_w - 1) + 1:ins.stride]
+                         col:col + ins.stride * (ins.out_w - 1) + 1:ins.stride]
             a = window.reshape(-1, window.shape[-1]).astype(self.acc_dtype)
             product = (a @ wgt.astype(self.acc_dtype)).reshape(ins.out_h, ins.out_w, -1)
             key = ("acc", ins.acc_slot)
             self.tiles[key] = product if ins.reset else self.tiles[key] + product
         self._check_fits("acc", ins.out_h * ins.out_w * cout * self.acc_dtype.itemsize, "an accumulator tile")
         pitch, row_pitch = self.layouts[ins.inp_slot]
-        cycles, conflicts = banks.read_cycles(row_pitch, pitch, ins.kh, ins.kw, ins.stride, ins.out_h, ins.out_w,
-                                              c.rows, c.banks)
+        cycles, conflicts = banks.read_cycles(row_pitch, pitch, ins.kh, ins.kw * ins.col_step, ins.stride, ins.out_h,
+                                              ins.out_w, c.rows, c.banks)
         blocks = -(-cin // c.block_in) * -(-cout // c.block_out)
         self.stats.conflicts += conflicts * blocks
         self.stats.gemm_cycles += cycles * blocks
@@ -258,15 +284,48 @@ class _State:
         return max(1, -(-elements // self.config.vector_lanes))
 
     def _store(self, ins: Store) -> int:
-        dst = self.dram[ins.tensor]
+        dst = self._held(ins.tensor, False) if ins.tensor in self.held else self.dram[ins.tensor]
         if self.functional:
             tile = self.tiles[("acc", ins.acc_slot)][:ins.size[1], :ins.size[2], :ins.size[3]]
             region = tuple(slice(s, s + n) for s, n in zip(ins.start, ins.size))
             dst[region] = _cast(tile, dst.dtype)
         nbytes = int(np.prod(ins.size)) * dst.dtype.itemsize
-        self.stats.dma_bytes += nbytes
-        self.stats.stored_bytes += nbytes
-        return self.config.dma_cycles(nbytes)
+        if ins.tensor not in self.held:
+            self.stats.stored_bytes += nbytes
+        return self._transfer(ins.tensor, nbytes, dst.dtype.itemsize)
+
+
+def _region(src: np.ndarray, start: tuple[int, ...], size: tuple[int, ...], fill: float) -> np.ndarray:
+    """`src`'s region at `start` of `size`; what lies outside `src` reads as `fill`."""
+    lo = [max(0, s) for s in start]
+    hi = [min(d, s + n) for d, s, n in zip(src.shape, start, size)]
+    tile = np.full(size, _fill(fill, src.dtype), dtype=src.dtype)
+    if all(h > low for low, h in zip(lo, hi)):
+        tile[tuple(slice(low - s, h - s) for low, h, s in zip(lo, hi, start))] = src[
+            tuple(slice(low, h) for low, h in zip(lo, hi))]
+    return tile
+
+
+def _packed_region(src: np.ndarray, ins: Load) -> np.ndarray:
+    """A load gathering `ins.pack` column offsets into channels (see Load)."""
+    n, h, w, c = ins.start
+    cols = ins.size[2]
+    wide = _region(src, (n, h, w, 0), (1, ins.size[1], cols + ins.pack - 1, src.shape[3]), ins.fill)
+    packed = np.concatenate([wide[:, :, j:j + cols] for j in range(ins.pack)], axis=3)
+    return packed[..., c:c + ins.size[3]]
+
+
+def _inside(shape: tuple[int, ...], ins: Load) -> int:
+    """Elements of `ins`'s region inside a tensor of `shape`: what its DMA moves (each packed column
+    offset's, counted over the packed channels it keeps)."""
+    def count(start: tuple[int, ...], size: tuple[int, ...]) -> int:
+        return int(np.prod([max(0, min(d, s + k) - max(0, s)) for d, s, k in zip(shape, start, size)]))
+    if ins.pack == 1:
+        return count(ins.start, ins.size)
+    n, h, w, c = ins.start
+    per_offset = [len(range(max(c, j * shape[3]), min(c + ins.size[3], (j + 1) * shape[3])))
+                  for j in range(ins.pack)]
+    return sum(count((n, h, w + j, 0), (1, ins.size[1], ins.size[2], k)) for j, k in enumerate(per_offset) if k)
 
 
 def _alu_op(op: str, acc: np.ndarray, operand: np.ndarray | float | int | None, dtype: np.dtype) -> np.ndarray:

@@ -37,7 +37,8 @@ class TileCheck:
 
 
 def check_tiles(kernel: NpuKernel, config: NpuConfig) -> TileCheck:
-    """Every candidate of a conv or dense kernel, simulated and predicted."""
+    """Every candidate of a conv or dense kernel, simulated and predicted; the kernel's tensors in DRAM (as
+    lower_steps gives them with Options(onchip=False))."""
     operands = sum(e.tensor is not None for e in kernel.epilogue)
     rows = []
     for tile in candidates(kernel.spec, config, operands=operands):

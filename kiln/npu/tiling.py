@@ -10,7 +10,7 @@ from __future__ import annotations
 from kiln.errors import KilnError
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
-from kiln.npu.cost_model import predict
+from kiln.npu.cost_model import TileCost, predict
 from kiln.npu.lower_conv import ALL_ON, Options, input_layout
 
 ACC_ITEMSIZE = 4  # int32 or float32 accumulators
@@ -21,10 +21,11 @@ class NoTileFitsError(KilnError):
 
 
 def candidates(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON, operands: int = 0) -> list[Tile]:
-    """Tiles that fit the buffers: rows, output and input channels from a geometric ladder of each dim."""
+    """Tiles that fit the buffers: rows, output and input channels from a geometric ladder of each dim (a
+    packed layer's input channels in one tile: its loads gather whole column offsets)."""
     found = [Tile(r, co, co if spec.depthwise else ci) for r in _ladder(spec.out_h, 1)
              for co in _ladder(spec.cout, config.block_out)
-             for ci in ([0] if spec.depthwise else _ladder(spec.cin, config.block_in))]
+             for ci in ([0] if spec.depthwise else [spec.cin] if spec.pack > 1 else _ladder(spec.cin, config.block_in))]
     fits = [t for t in found if _fits(spec, t, config, options, operands)]
     if not fits:
         raise NoTileFitsError(f"no tile of {spec} fits the accelerator's buffers ({config.to_json()})")
@@ -55,9 +56,15 @@ def _fits(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options, opera
 def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
               epilogue: tuple[EpilogueOp, ...] = ()) -> Tile:
     """The candidate the cost model predicts fastest (fewer DMA bytes break a tie)."""
+    return best_cost(spec, config, options, epilogue).tile
+
+
+def best_cost(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
+              epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
+    """The cost model's prediction for its pick (best_tile)."""
     operands = sum(e.tensor is not None for e in epilogue)
     costs = [predict(spec, t, config, options, epilogue) for t in candidates(spec, config, options, operands)]
-    return min(costs, key=lambda c: (c.cycles, c.dma_bytes)).tile
+    return min(costs, key=lambda c: (c.cycles, c.dma_bytes))
 
 
 def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
@@ -65,7 +72,7 @@ def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
     """The baseline: one block of input and output channels, as many output rows as fit."""
     operands = sum(e.tensor is not None for e in epilogue)
     cout = min(spec.cout, config.block_out)
-    cin = cout if spec.depthwise else min(spec.cin, config.block_in)
+    cin = cout if spec.depthwise else spec.cin if spec.pack > 1 else min(spec.cin, config.block_in)
     for rows in range(spec.out_h, 0, -1):
         tile = Tile(rows, cout, cin)
         if _fits(spec, tile, config, options, operands):

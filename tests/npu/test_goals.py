@@ -26,7 +26,8 @@ def test_a_compute_bound_conv_meets_the_goals():
     (kernel, stats), = built.runner.last_run.kernels
     line = kernel_line(kernel, stats, built.runner.config)
     assert line.bound == "compute" and line.of_roofline >= 0.8
-    variants = {e.variant: e for e in effects.measure([s for s, _ in built.runner.steps], built.runner.config)}
+    variants = {e.variant: e for e in effects.measure(built.runner.mod.main, [s for s, _ in built.runner.steps],
+                                                                built.runner.config)}
     assert variants["all optimizations"].dma_hidden >= 0.9 > variants["no double buffering"].dma_hidden
     # without the layout the cost model may pick a tile whose dense layout has no conflicts either; the
     # layout's effect on one tile is tests/npu/test_simulator.py's

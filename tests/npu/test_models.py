@@ -117,7 +117,7 @@ def test_the_report_names_each_kernel_and_each_optimization():
     built.run(_feeds(built.mod))
     text = "\n".join(run_report(built, 0.5))
     for word in ("npu0_conv", "bound", "conflicts", "transfers", "instructions/s", "no double buffering",
-                 "no conflict-free layout", "simple tiling"):
+                 "no conflict-free layout", "simple tiling", "no on-chip scheduling", "no column packing", "DMA bytes"):
         assert word in text
 
 
