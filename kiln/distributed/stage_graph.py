@@ -43,7 +43,8 @@ class StageGraph:
 def stage_graph(mod: IRModule) -> StageGraph:
     """The nodes of `mod`'s main; a KilnError for what a pipeline cannot cut (control flow, calls of functions)."""
     if set(mod.functions) != {"main"}:
-        raise KilnError(f"a pipeline cuts one function, main; this module also has {sorted(set(mod.functions) - {'main'})}")
+        others = sorted(set(mod.functions) - {"main"})
+        raise KilnError(f"a pipeline cuts one function, main; this module also has {others}")
     fn = mod.main
     outs = fn.body.fields if isinstance(fn.body, Tuple) else (fn.body,)
     params = {id(p) for p in fn.params}

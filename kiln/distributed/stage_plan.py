@@ -112,7 +112,6 @@ def compile_stages(plan: PipelinePlan, **build_options: Any) -> list[Any]:
 def _stage(g: StageGraph, index: int, span: StageSpan, last: bool) -> Stage:
     """The module of nodes [start, stop): earlier values become its parameters, the values read after it its results."""
     a, b = span.start, span.stop
-    inside = {id(e) for e in g.nodes[a:b]}
     made_before = [*g.inputs, *g.nodes[:a]]
     read_here = {id(c) for e in g.nodes[a:b] for c in children(e)}
     params = {id(e): Var(g.value_name(e), e.type) for e in made_before if id(e) in read_here}
@@ -121,7 +120,7 @@ def _stage(g: StageGraph, index: int, span: StageSpan, last: bool) -> Stage:
         memo[id(e)] = with_children(e, tuple(memo.get(id(c)) or params.get(id(c)) or c for c in children(e)))
     results = [e for e in g.nodes[a:b] if g.last_use[id(e)] >= b]
     if last:
-        results += [e for _, e in g.outputs if id(e) not in inside and id(e) not in g.pos and not isinstance(e, Var)]  # constants
+        results += [e for _, e in g.outputs if id(e) not in g.pos and not isinstance(e, Var)]  # constant outputs
     forward = [g.value_name(e) for e in made_before if g.last_use.get(id(e), INPUT_POS) >= b]
     outs = [memo.get(id(e), e) for e in results]
     body = outs[0] if len(outs) == 1 else Tuple(tuple(outs))
