@@ -9,7 +9,7 @@ the driver never joins two results. Running the stages in order in one process
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,17 +82,22 @@ def run_stages(plan: PipelinePlan, models: Sequence[Any], feeds: Mapping[str, np
     """Every model output, by running the compiled stages (`models[i]` of `plan.stages[i]`) one after another."""
     values: dict[str, np.ndarray] = dict(feeds)
     for stage, model in zip(plan.stages, models, strict=True):
-        values = stage_step(stage, model, values)
+        values = stage_step(stage.index, stage.inputs, stage.forward, _named(stage, model), values)
     return {name: values[value] for name, value in plan.outputs}
 
 
-def stage_step(stage: Stage, model: Any, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One stage on the dict of values it receives: its results and the values it forwards."""
-    missing = [n for n in stage.inputs if n not in values]
+def stage_step(index: int, inputs: Sequence[str], forward: Sequence[str],
+               run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+               values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Stage `index` on the dict of values it receives: its results (`run` on its inputs) and the values it forwards."""
+    missing = [n for n in inputs if n not in values]
     if missing:
-        raise KilnError(f"stage {stage.index} needs the values {missing}, which it did not receive")
-    results = model.run({n: values[n] for n in stage.inputs})
-    return {**{n: values[n] for n in stage.forward}, **dict(zip(stage.outputs, results, strict=True))}
+        raise KilnError(f"stage {index} needs the values {missing}, which it did not receive")
+    return {**{n: values[n] for n in forward}, **run({n: values[n] for n in inputs})}
+
+
+def _named(stage: Stage, model: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    return lambda feeds: dict(zip(stage.outputs, model.run(feeds), strict=True))
 
 
 def compile_stages(plan: PipelinePlan, **build_options: Any) -> list[Any]:
