@@ -91,7 +91,8 @@ class Pipeline:
         missing = [n for n in self.inputs if n not in feeds]
         extra = [n for n in feeds if n not in self.inputs]
         if missing or extra:
-            raise KilnError(f"feeds must name the model's inputs {list(self.inputs)}: missing {missing}, unknown {extra}")
+            raise KilnError(f"feeds must name the model's inputs {list(self.inputs)}: missing {missing}, "
+                            f"unknown {extra}")
         values = [self._value_of[n] for n in names]
         return self._controller.submit(dict(feeds), lambda got: [got[v] for v in values])
 
@@ -124,7 +125,8 @@ class Pipeline:
         if compiled_graph:
             from kiln.distributed.pipeline_compiled import CompiledController, compile_chain
 
-            return CompiledController(self._ray, compile_chain(self._actors, MAX_INFLIGHT, timeout_s), timeout_s, MAX_INFLIGHT)
+            dag = compile_chain(self._actors, MAX_INFLIGHT, timeout_s)
+            return CompiledController(self._ray, dag, timeout_s, MAX_INFLIGHT)
         from kiln.distributed.pipeline_requests import ChainController
 
         return ChainController(self._ray, self._actors, timeout_s, max_restarts)

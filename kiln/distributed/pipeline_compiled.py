@@ -38,7 +38,8 @@ def compile_chain(actors: Sequence[Any], max_inflight: int, timeout_s: float) ->
         for actor in actors:
             node = actor.step.bind(node)
     if not hasattr(node, "experimental_compile"):
-        raise DistributedError("this Ray's graphs cannot be compiled (no experimental_compile); use compiled_graph=False")
+        raise DistributedError("this Ray's graphs cannot be compiled (no experimental_compile); "
+                               "use compiled_graph=False")
     return node.experimental_compile(_max_inflight_executions=max_inflight, _submit_timeout=timeout_s)
 
 
