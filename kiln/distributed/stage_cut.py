@@ -53,7 +53,7 @@ def choose_cuts(g: StageGraph, stages: int, cost: CostModel) -> list[StageSpan]:
 
     ends = [*cuts, n]
     best = {b: (span_cost(0, b), 0) for b in ends}
-    back: list[dict[int, int]] = [{b: 0 for b in ends}]
+    back: list[dict[int, int]] = []  # per stage count after the first: a span's end -> its start
     for _ in range(1, stages):
         nxt: dict[int, tuple[float, int]] = {}
         for b in ends:
@@ -63,11 +63,23 @@ def choose_cuts(g: StageGraph, stages: int, cost: CostModel) -> list[StageSpan]:
         best = nxt
         back.append({b: a for b, (_, a) in best.items()})
     bounds = [n]
-    for level in reversed(back[1:]):
+    for level in reversed(back):
         bounds.append(level[bounds[-1]])
-    bounds.append(0)
-    bounds.reverse()
-    return [StageSpan(a, b, prefix[b] - prefix[a], cross_bytes[b], cost.transfer_seconds(cross_bytes[b]))
+    return spans_at(g, bounds[:0:-1], cost)
+
+
+def spans_at(g: StageGraph, cuts: list[int], cost: CostModel) -> list[StageSpan]:
+    """The spans of the cuts given (the positions of the operators each stage after the first starts at)."""
+    n = len(g.nodes)
+    cross_bytes, cuttable = _crossings(g)
+    if any(not isinstance(b, int) or not 0 < b < n for b in cuts) or sorted(set(cuts)) != list(cuts):
+        raise KilnError(f"cuts must be increasing operator positions in 1..{n - 1}, got {cuts}")
+    bad = [b for b in cuts if not cuttable[b]]
+    if bad:
+        raise KilnError(f"a tuple value crosses before operator(s) {bad}: a pipeline cuts only where tensors cross")
+    seconds = [cost.node_seconds(e) for e in g.nodes]
+    bounds = [0, *cuts, n]
+    return [StageSpan(a, b, sum(seconds[a:b]), cross_bytes[b], cost.transfer_seconds(cross_bytes[b]))
             for a, b in zip(bounds, bounds[1:], strict=False)]
 
 

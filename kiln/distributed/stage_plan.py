@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kiln.distributed.stage_cost import CostModel, type_bytes
-from kiln.distributed.stage_cut import StageSpan, choose_cuts
+from kiln.distributed.stage_cut import StageSpan, choose_cuts, spans_at
 from kiln.distributed.stage_graph import INPUT_POS, StageGraph, stage_graph
 from kiln.errors import DistributedError, KilnError
 from kiln.ir.expr import Expr, Function, Tuple, Var, children
@@ -64,15 +64,19 @@ class PipelinePlan:
         return "\n".join(lines)
 
 
-def plan_pipeline(model: Any, stages: int, cost: CostModel | None = None) -> PipelinePlan:
-    """Cut `model` (an IRModule, or an ONNX model / path / bytes) into `stages` stages by the cost model."""
+def plan_pipeline(model: Any, stages: int, cost: CostModel | None = None,
+                  cuts: Sequence[int] | None = None) -> PipelinePlan:
+    """Cut `model` (an IRModule, or an ONNX model / path / bytes) into `stages` stages by the cost model, or
+    at `cuts` (the operator positions stages 1.. start at, in the order the report numbers them)."""
     cost = cost or CostModel()
     if not isinstance(model, IRModule):
         from kiln.frontend.onnx import from_onnx
 
         model = from_onnx(model)
     g = stage_graph(model)
-    spans = choose_cuts(g, stages, cost)
+    if cuts is not None and len(cuts) != stages - 1:
+        raise KilnError(f"{stages} stages need {stages - 1} cut(s), got {list(cuts)}")
+    spans = choose_cuts(g, stages, cost) if cuts is None else spans_at(g, list(cuts), cost)
     built = tuple(_stage(g, i, span, span.stop == len(g.nodes)) for i, span in enumerate(spans))
     cuts = tuple(_describe_cut(g, span.stop) for span in spans[:-1])
     return PipelinePlan(built, model.input_names, tuple((n, g.value_name(e)) for n, e in g.outputs), cuts, cost)
