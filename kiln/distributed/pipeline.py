@@ -50,6 +50,7 @@ class Pipeline:
         self._pg = reserve(ray, stages, threads, strategy, timeout_s)
         self._actors: list[Any] = []
         self._controller: Any = None
+        self._closed = False
         try:
             self._actors = [start_stage(ray, self._pg, s, b, threads, max_restarts)
                             for s, b in zip(self.plan.stages, self._bundles, strict=True)]
@@ -66,6 +67,11 @@ class Pipeline:
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(self._value_of)
+
+    @property
+    def actors(self) -> tuple[Any, ...]:
+        """The stage actors in stage order (for tools that watch them, or kill one to test recovery)."""
+        return tuple(self._actors)
 
     @property
     def report(self) -> str:
@@ -134,9 +140,9 @@ class Pipeline:
     def _release(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        if self._controller is not None:
-            self._controller.stop()
-            self._controller = None
+        if self._controller is not None and not self._closed:
+            self._controller.stop()  # it refuses new requests from now on
+        self._closed = True
         for actor in self._actors:
             self._ray.kill(actor, no_restart=True)
         self._actors = []
