@@ -18,6 +18,7 @@ import numpy as np
 from kiln.distributed.stage_cost import CostModel, type_bytes
 from kiln.distributed.stage_cut import StageSpan, choose_cuts, spans_at
 from kiln.distributed.stage_graph import INPUT_POS, StageGraph, stage_graph
+from kiln.distributed.stage_worker import stage_step
 from kiln.errors import DistributedError, KilnError
 from kiln.ir.expr import Expr, Function, Tuple, Var, children
 from kiln.ir.module import IRModule
@@ -88,16 +89,6 @@ def run_stages(plan: PipelinePlan, models: Sequence[Any], feeds: Mapping[str, np
     for stage, model in zip(plan.stages, models, strict=True):
         values = stage_step(stage.index, stage.inputs, stage.forward, _named(stage, model), values)
     return {name: values[value] for name, value in plan.outputs}
-
-
-def stage_step(index: int, inputs: Sequence[str], forward: Sequence[str],
-               run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-               values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Stage `index` on the dict of values it receives: its results (`run` on its inputs) and the values it forwards."""
-    missing = [n for n in inputs if n not in values]
-    if missing:
-        raise KilnError(f"stage {index} needs the values {missing}, which it did not receive")
-    return {**{n: values[n] for n in forward}, **run({n: values[n] for n in inputs})}
 
 
 def _named(stage: Stage, model: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:

@@ -8,14 +8,14 @@ receives and hands on, for the pipeline's report and benchmark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kiln.distributed.bundle import Bundle
 from kiln.distributed.model_worker import ModelWorker
-from kiln.distributed.stage_plan import stage_step
+from kiln.errors import KilnError
 
 
 class StageWorker(ModelWorker):
@@ -46,3 +46,13 @@ class StageWorker(ModelWorker):
     def counts(self) -> dict[str, int]:
         """Requests this process has run and the bytes it received and handed on (since its last start)."""
         return dict(self._counts)
+
+
+def stage_step(index: int, inputs: Sequence[str], forward: Sequence[str],
+               run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+               values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Stage `index` on the dict of values it receives: its results (`run` on its inputs) and the values it forwards."""
+    missing = [n for n in inputs if n not in values]
+    if missing:
+        raise KilnError(f"stage {index} needs the values {missing}, which it did not receive")
+    return {**{n: values[n] for n in forward}, **run({n: values[n] for n in inputs})}

@@ -4,6 +4,8 @@ modules, the report, and the stages run one after another against the whole mode
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +15,8 @@ from kiln.distributed import stage_plan
 from kiln.distributed.stage_cost import CostModel, type_bytes
 from kiln.distributed.stage_cut import choose_cuts, spans_at
 from kiln.distributed.stage_graph import stage_graph
-from kiln.distributed.stage_plan import compile_stages, plan_pipeline, run_stages, stage_step
+from kiln.distributed.stage_plan import compile_stages, plan_pipeline, run_stages
+from kiln.distributed.stage_worker import stage_step
 from kiln.errors import DistributedError, KilnError
 from kiln.ir import Constant, Function, If, IRModule, Var
 from kiln.ir.types import SizeVar, TensorType
@@ -158,3 +161,11 @@ def test_a_stage_missing_a_value_says_which():
 
 def test_plan_pipeline_is_public():
     assert kiln.distributed.plan_pipeline is stage_plan.plan_pipeline
+
+
+def test_a_stage_worker_imports_no_compiler():
+    """A stage's actor loads a stage compiled in the driver: its process never imports the compiler or onnx."""
+    code = ("import sys, kiln.distributed.stage_worker; "
+            "print([m for m in sys.modules if m.startswith(('kiln.compiler', 'kiln.transform', 'onnx'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
