@@ -79,8 +79,9 @@ def plan_pipeline(model: Any, stages: int, cost: CostModel | None = None,
         raise KilnError(f"{stages} stages need {stages - 1} cut(s), got {list(cuts)}")
     spans = choose_cuts(g, stages, cost) if cuts is None else spans_at(g, list(cuts), cost)
     built = tuple(_stage(g, i, span, span.stop == len(g.nodes)) for i, span in enumerate(spans))
-    cuts = tuple(_describe_cut(g, span.stop) for span in spans[:-1])
-    return PipelinePlan(built, model.input_names, tuple((n, g.value_name(e)) for n, e in g.outputs), cuts, cost)
+    crossing = tuple(_describe_cut(g, span.stop) for span in spans[:-1])
+    outputs = tuple((n, g.value_name(e)) for n, e in g.outputs)
+    return PipelinePlan(built, model.input_names, outputs, crossing, cost)
 
 
 def run_stages(plan: PipelinePlan, models: Sequence[Any], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
