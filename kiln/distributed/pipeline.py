@@ -131,8 +131,9 @@ class Pipeline:
         if compiled_graph:
             from kiln.distributed.pipeline_compiled import CompiledController, compile_chain
 
-            dag = compile_chain(self._actors, MAX_INFLIGHT, timeout_s)
-            return CompiledController(self._ray, dag, timeout_s, MAX_INFLIGHT)
+            actors = self._actors
+            return CompiledController(self._ray, lambda: compile_chain(actors, MAX_INFLIGHT, timeout_s), actors,
+                                      timeout_s, MAX_INFLIGHT, max_restarts)
         from kiln.distributed.pipeline_requests import ChainController
 
         return ChainController(self._ray, self._actors, timeout_s, max_restarts)

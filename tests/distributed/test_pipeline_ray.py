@@ -76,14 +76,22 @@ def test_an_actor_killed_during_1000_requests_loses_and_repeats_none(cnn):
     assert pipe.stats["answered"] == 64 + 1 + 1000  # this module's requests so far, each answered once
 
 
-def test_compiled_graph_gives_the_same_results(cluster):
+def test_compiled_graph_gives_the_same_results_and_survives_a_kill(cluster):
     model = mlp(batch=1, sizes=(32, 64, 64, 10))
     whole = kiln.build(model)
-    xs = [np.full((1, 32), i / 10, np.float32) for i in range(40)]
+    xs = [np.full((1, 32), i / 10, np.float32) for i in range(200)]
     with Pipeline(model, stages=2, threads_per_stage=1, compiled_graph=True) as pipe:
-        futures = [pipe.run_async(None, {"input": x}) for x in xs]
-        for x, f in zip(xs, futures, strict=True):
+        futures = [pipe.run_async(None, {"input": x}) for x in xs[:40]]
+        for x, f in zip(xs[:40], futures, strict=True):
             np.testing.assert_array_equal(f.result()[0], whole.run({"input": x})[0])
+        futures = []
+        for i, x in enumerate(xs):
+            futures.append(pipe.run_async(None, {"input": x}))
+            if i == 50:
+                ray.kill(pipe.actors[1], no_restart=False)
+        for x, f in zip(xs, futures, strict=True):
+            np.testing.assert_array_equal(f.result(timeout=300)[0], whole.run({"input": x})[0])
+        assert pipe.stats["answered"] == 240 and pipe.stats["failed"] == 0 and pipe.stats["resubmitted"] > 0
 
 
 def test_a_cluster_too_small_is_an_error_not_a_wait(cluster):
