@@ -111,6 +111,12 @@ def test_stages_in_a_row_equal_the_mlp(stages):
     _same(plan_pipeline(model, stages), model, {"input": x})
 
 
+def test_stages_keep_a_symbolic_batch():
+    model = mlp(sizes=(16, 32, 32, 4))  # batch "N": each stage takes any batch, as the whole model does
+    x = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
+    _same(plan_pipeline(model, 2), model, {"input": x})
+
+
 @pytest.mark.parametrize("cuts", [None, [5], [3, 12]])
 def test_stages_in_a_row_equal_the_residual_cnn(cuts):
     model = residual_cnn()
