@@ -19,19 +19,22 @@ def flop_count(mod: IRModule) -> int:
 
 def function_flops(fn: Expr) -> int:
     """`flop_count` of one function (a model's main, or one fused group)."""
-    from kiln.ir.expr import Call, Op
     from kiln.ir.visitor import post_order
 
-    total = 0
-    for e in post_order(fn):
-        if not (isinstance(e, Call) and isinstance(e.op, Op)) or e.op.name not in _MACS:
-            continue
-        shapes = [a.type.shape if isinstance(a.type, TensorType) else None for a in e.args[:2]]
-        out = e.type.shape if isinstance(e.type, TensorType) else ()  # a recurrent op's outputs are a tuple
-        if None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
-            continue
-        total += 2 * _MACS[e.op.name](e, *shapes, out)
-    return total
+    return sum(call_flops(e) for e in post_order(fn))
+
+
+def call_flops(e: Expr) -> int:
+    """FLOPs of one call alone (its arguments not counted); 0 for anything that is not a counted operator."""
+    from kiln.ir.expr import Call, Op
+
+    if not (isinstance(e, Call) and isinstance(e.op, Op)) or e.op.name not in _MACS:
+        return 0
+    shapes = [a.type.shape if isinstance(a.type, TensorType) else None for a in e.args[:2]]
+    out = e.type.shape if isinstance(e.type, TensorType) else ()  # a recurrent op's outputs are a tuple
+    if None in shapes or not all(isinstance(d, int) for s in (*shapes, out) for d in s):
+        return 0
+    return 2 * _MACS[e.op.name](e, *shapes, out)
 
 
 def _size(shape: tuple[int, ...]) -> int:

@@ -16,7 +16,8 @@ import importlib
 from typing import Any
 
 _WHERE: dict[str, str] = {"ModelWorker": "kiln.distributed.model_worker", "connect": "kiln.distributed.ray_env",
-                          "require_ray": "kiln.distributed.ray_env"}
+                          "require_ray": "kiln.distributed.ray_env",
+                          "Pipeline": "kiln.distributed.pipeline", "plan_pipeline": "kiln.distributed.stage_plan"}
 
 __all__ = sorted(_WHERE)
 
