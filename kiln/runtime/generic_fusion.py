@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -31,12 +32,12 @@ class Chain:
     adds: tuple[Call, ...]
     clamp: Call | None
 
-    @property
+    @cached_property
     def calls(self) -> tuple[Call, ...]:
         """Its calls in order: each reads the one before."""
         return (self.anchor, *((self.norm,) if self.norm else ()), *self.adds, *((self.clamp,) if self.clamp else ()))
 
-    @property
+    @cached_property
     def inputs(self) -> tuple[Expr, ...]:
         """What its calls read from outside it."""
         inside = {id(c) for c in self.calls}

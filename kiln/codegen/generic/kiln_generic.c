@@ -98,9 +98,40 @@ static void tile(i64 kc, const float *restrict a, const float *restrict b, float
   row[6] = c30, row[7] = c31, row[8] = c40, row[9] = c41, row[10] = c50, row[11] = c51;
 }
 
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* max(v, lo) then min(_, hi) lane by lane, as `finish` does (a NaN lane compares false and is kept) */
+static inline v8 clamp8(v8 v, v8 lo, v8 hi) {
+  v8i below = v < lo, above;
+  v = (v8)((below & (v8i)lo) | (~below & (v8i)v));
+  above = v > hi;
+  return (v8)((above & (v8i)hi) | (~above & (v8i)v));
+}
+
+/* a whole tile into C at (i, j), 8 lanes at a time: what `store` does on a full tile */
+static void store_full(const Gemm *g, const float *t, i64 i, i64 j, int first, int last) {
+  const Epilogue *e = &g->epi;
+  v8 lo = {0}, hi = {0};
+  lo += e->lo, hi += e->hi;
+  for (i64 r = 0; r < MR; r++)
+    for (i64 h = 0; h < NR; h += 8) {
+      v8u *c = (v8u *)(g->C + (i + r) * g->ldc + j + h);
+      v8 v = *(const v8 *)(t + r * NR + h);
+      if (!first) v += *c;
+      if (last) {
+        if (e->row_bias) v += e->row_bias[i + r];
+        if (e->col_bias) v += *(const v8u *)(e->col_bias + j + h);
+        if (e->res) v += *(const v8u *)(e->res + (i + r) * e->ldr + j + h);
+        v = clamp8(v, lo, hi);
+      }
+      *c = v;
+    }
+}
+
 /* the tile's m x n corner into C at (i, j): added to what earlier depth blocks stored unless `first`, the
  * epilogue applied on the `last` block */
 static void store(const Gemm *g, const float *t, i64 i, i64 j, i64 m, i64 n, int first, int last) {
+  if (m == MR && n == NR) return store_full(g, t, i, j, first, last);
   for (i64 r = 0; r < m; r++) {
     float *c = g->C + (i + r) * g->ldc + j;
     const float *s = t + r * NR;
@@ -159,20 +190,41 @@ static void gemm_rows(const Gemm *g) {
   }
 }
 
+static inline float hsum(v8 s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+
+/* outputs j..j+3 of row a: four dot products over the columns b + c*csb, sharing a's loads, each its own
+ * accumulator (four independent chains of vector adds) */
+static void dots4(i64 K, const float *restrict a, const float *restrict b, i64 csb, float out[4]) {
+  i64 kv = K / 8 * 8;
+  v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+  for (i64 k = 0; k < kv; k += 8) {
+    v8 x = *(const v8u *)(a + k);
+    s0 += x * *(const v8u *)(b + k), s1 += x * *(const v8u *)(b + csb + k);
+    s2 += x * *(const v8u *)(b + 2 * csb + k), s3 += x * *(const v8u *)(b + 3 * csb + k);
+  }
+  out[0] = hsum(s0), out[1] = hsum(s1), out[2] = hsum(s2), out[3] = hsum(s3);
+  for (i64 k = kv; k < K; k++)
+    for (int c = 0; c < 4; c++) out[c] += a[k] * b[c * csb + k];
+}
+
 /* fewer than MR rows, B columns contiguous and A rows too (a dense layer's [N, K] weight read in place):
- * one dot product per output, each weight row read once for all of A's rows */
+ * dot products, four columns at a time, each weight row read once for all of A's rows */
 static void gemm_dots(const Gemm *g) {
-  i64 M = g->M, N = g->N, K = g->K, kv = K / 8 * 8;
+  i64 M = g->M, N = g->N, K = g->K, quads = (N + 3) / 4;
 #pragma omp parallel for schedule(static) if (M * N * K > PAR_WORK)
-  for (i64 j = 0; j < N; j++) {
-    const float *b = g->B + j * g->csb;
+  for (i64 q = 0; q < quads; q++) {
+    i64 j = min64(q * 4, N > 4 ? N - 4 : 0); /* the last quad overlaps the one before when 4 does not divide N */
     for (i64 r = 0; r < M; r++) {
-      const float *a = g->A + r * g->rsa;
-      v8 s = {0};
-      for (i64 k = 0; k < kv; k += 8) s += *(const v8u *)(a + k) * *(const v8u *)(b + k);
-      float v = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-      for (i64 k = kv; k < K; k++) v += a[k] * b[k];
-      g->C[r * g->ldc + j] = finish(v, &g->epi, r, j);
+      float v[4];
+      if (N < 4) {
+        for (i64 c = 0; c < N; c++) {
+          v[c] = 0.0f;
+          for (i64 k = 0; k < K; k++) v[c] += g->A[r * g->rsa + k] * g->B[(j + c) * g->csb + k];
+        }
+      } else {
+        dots4(K, g->A + r * g->rsa, g->B + j * g->csb, g->csb, v);
+      }
+      for (i64 c = 0; c < 4 && j + c < N; c++) g->C[r * g->ldc + j + c] = finish(v[c], &g->epi, r, j + c);
     }
   }
 }
