@@ -95,11 +95,8 @@ def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail 
         return None
     x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
     bias = _bias_sum(b, tail.bias)
-    cg, (kh, kw) = c // group, win.kernel
-    direct = kh == kw == 1 and (oh, ow) == (h, wd) and geom[4] == geom[5] == 1 and geom[6] == geom[7] == 0
-    col = np.empty(0 if direct or cg == m // group == 1 else cg * kh * kw * oh * ow, np.float32)
     lib.kiln_conv2d(n, c, h, wd, m, group, _ptr(geom), _ptr(x), _ptr(w), _ptr(bias), _ptr(res), tail.lo, tail.hi,
-                    _ptr(y), _ptr(col))
+                    _ptr(y))
     return y
 
 

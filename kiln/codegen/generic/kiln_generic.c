@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KILN_GENERIC_ABI 2
+#define KILN_GENERIC_ABI 3
 #define MR 6            /* rows of C one tile keeps in registers */
 #define NR 16           /* columns of C one tile keeps in registers (two 8-float vectors) */
 #define KC 256          /* depth of one packed block: an NR-column sliver of B (16 KiB) stays in L1 */
@@ -54,6 +54,14 @@ static inline float finish(float v, const Epilogue *e, i64 i, i64 j) {
 /* ---------------------------------------------------------------------------------------------------
  * GEMM: C[M x N] = A[M x K] B[K x N] (then the epilogue), A(i, k) = A[i*rsa + k*csa], B likewise */
 
+/* B read as a convolution's im2col matrix without writing it: B(k, p) is image x at channel k / (KH*KW),
+ * tap (k / KW % KH, k % KW) of output pixel p (0 in the padding). geom as kiln_conv2d's */
+typedef struct {
+  const float *x;
+  i64 H, W;
+  const i64 *geom;
+} Image;
+
 typedef struct {
   i64 M, N, K;
   const float *A;
@@ -63,6 +71,7 @@ typedef struct {
   float *C;
   i64 ldc;
   Epilogue epi;
+  const Image *image; /* when not NULL, B is this image's columns (B and its strides unused) */
 } Gemm;
 
 /* rows [i, i+m) x depth [p, p+kc) of A as MR-row slivers, each column of a sliver contiguous, zero-padded */
@@ -71,8 +80,35 @@ static void pack_a(const Gemm *g, i64 i, i64 m, i64 p, i64 kc, float *restrict d
     for (i64 k = 0; k < kc; k++) dst[k * MR + r] = r < m ? g->A[(i + r) * g->rsa + (p + k) * g->csa] : 0.0f;
 }
 
+/* the image's columns [j, j+n) over depth [p, p+kc) as one NR-column sliver (zero-padded): the taps walked
+ * in order without dividing, a sliver inside one output row copied whole when its taps are all in the image */
+static void pack_b_image(const Image *im, i64 p, i64 kc, i64 j, i64 n, float *restrict dst) {
+  const i64 *g = im->geom;
+  i64 KH = g[0], KW = g[1], OW = g[3], sh = g[4], sw = g[5], ph = g[6], pw = g[7], dh = g[8], dw = g[9];
+  i64 H = im->H, W = im->W, c = p / (KH * KW), kh = p / KW % KH, kw = p % KW, oh0 = j / OW, ow0 = j % OW;
+  int one_row = n == NR && ow0 + NR <= OW && sw == 1;
+  for (i64 k = 0; k < kc; k++) {
+    const float *plane = im->x + c * H * W;
+    float *d = dst + k * NR;
+    i64 ih = oh0 * sh - ph + kh * dh, iw = ow0 - pw + kw * dw;
+    if (one_row && ih >= 0 && ih < H && iw >= 0 && iw + NR <= W) {
+      memcpy(d, plane + ih * W + iw, NR * sizeof(float));
+    } else {
+      i64 oh = oh0, ow = ow0;
+      for (i64 q = 0; q < NR; q++) {
+        ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+        d[q] = q < n && ih >= 0 && ih < H && iw >= 0 && iw < W ? plane[ih * W + iw] : 0.0f;
+        if (++ow == OW) ow = 0, oh++;
+      }
+    }
+    if (++kw == KW) kw = 0, kh++;
+    if (kh == KH) kh = 0, c++;
+  }
+}
+
 /* depth [p, p+kc) x columns [j, j+n) of B as one NR-column sliver, each row contiguous, zero-padded */
 static void pack_b(const Gemm *g, i64 p, i64 kc, i64 j, i64 n, float *restrict dst) {
+  if (g->image) return pack_b_image(g->image, p, kc, j, n, dst);
   for (i64 k = 0; k < kc; k++) {
     const float *src = g->B + (p + k) * g->rsb + j * g->csb;
     float *d = dst + k * NR;
@@ -231,8 +267,8 @@ static void gemm_dots(const Gemm *g) {
 
 static void gemm_run(const Gemm *g) {
   if (g->M == 0 || g->N == 0) return;
-  if (g->M < MR && g->csa == 1 && g->rsb == 1 && g->K > 0) return gemm_dots(g);
-  if (g->M < MR && g->csb == 1) return gemm_rows(g);
+  if (g->M < MR && !g->image && g->csa == 1 && g->rsb == 1 && g->K > 0) return gemm_dots(g);
+  if (g->M < MR && !g->image && g->csb == 1) return gemm_rows(g);
   i64 kc = min64(KC, g->K > 0 ? g->K : 1);
   float *bp = aligned_alloc(64, (size_t)(kc * (NC + NR)) * sizeof(float));
   float *ap = aligned_alloc(64, (size_t)(kc * (MC + MR)) * sizeof(float));
@@ -250,37 +286,13 @@ void kiln_gemm(const i64 *d, const float *A, const float *B, float *C, const flo
 #pragma omp parallel for schedule(static) if (batch > 1 && batch * d[1] * d[2] * d[3] > PAR_WORK)
   for (i64 b = 0; b < batch; b++) {
     Gemm g = {d[1], d[2], d[3], A + b * d[4], d[5], d[6], B + b * d[7], d[8], d[9], C + b * d[10], d[11],
-              {row_bias, col_bias, res ? res + b * d[12] : NULL, d[13], lo, hi}};
+              {row_bias, col_bias, res ? res + b * d[12] : NULL, d[13], lo, hi}, NULL};
     gemm_run(&g);
   }
 }
 
 /* ---------------------------------------------------------------------------------------------------
  * convolution */
-
-/* one (batch, group) image's columns: col[(c, kh, kw)][(oh, ow)], zero where the window is in the padding */
-static void im2col(const float *x, i64 C, i64 H, i64 W, const i64 *geom, float *col) {
-  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6],
-      pw = geom[7], dh = geom[8], dw = geom[9];
-#pragma omp parallel for schedule(static) if (C * KH * KW * OH * OW > PAR_WORK)
-  for (i64 row = 0; row < C * KH * KW; row++) {
-    i64 c = row / (KH * KW), kh = row / KW % KH, kw = row % KW;
-    float *out = col + row * OH * OW;
-    for (i64 oh = 0; oh < OH; oh++) {
-      i64 ih = oh * sh - ph + kh * dh;
-      float *o = out + oh * OW;
-      if (ih < 0 || ih >= H) {
-        memset(o, 0, (size_t)OW * sizeof(float));
-        continue;
-      }
-      const float *in = x + (c * H + ih) * W;
-      for (i64 ow = 0; ow < OW; ow++) {
-        i64 iw = ow * sw - pw + kw * dw;
-        o[ow] = iw >= 0 && iw < W ? in[iw] : 0.0f;
-      }
-    }
-  }
-}
 
 /* [lo, hi): the outputs along one axis whose tap at offset `off` (= k*dilation - pad) lands in [0, size) */
 static void tap_range(i64 off, i64 stride, i64 size, i64 out, i64 *lo, i64 *hi) {
@@ -324,10 +336,10 @@ static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *
 }
 
 /* y[N, M, OH, OW] = clamp(conv2d(x[N, C, H, W], w[M, C/group, KH, KW]) + bias[M] + res[N, M, OH, OW], lo, hi)
- * (bias and res may be NULL). `col` is scratch of (C/group)*KH*KW*OH*OW floats, unused by 1x1 stride-1
- * unpadded and depthwise calls. geom: KH, KW, OH, OW, sh, sw, ph (top), pw (left), dh, dw */
+ * (bias and res may be NULL): one GEMM per image and group, its B the image's im2col matrix read in place (a
+ * 1x1 stride-1 unpadded conv's is the image itself). geom: KH, KW, OH, OW, sh, sw, ph (top), pw (left), dh, dw */
 void kiln_conv2d(i64 N, i64 C, i64 H, i64 W, i64 M, i64 group, const i64 *geom, const float *x, const float *w,
-                 const float *bias, const float *res, float lo, float hi, float *y, float *col) {
+                 const float *bias, const float *res, float lo, float hi, float *y) {
   i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], cg = C / group, mg = M / group, K = cg * KH * KW,
       P = OH * OW;
   Epilogue e = {bias, NULL, res, P, lo, hi};
@@ -338,9 +350,9 @@ void kiln_conv2d(i64 N, i64 C, i64 H, i64 W, i64 M, i64 group, const i64 *geom, 
     for (i64 g = 0; g < group; g++) {
       const float *xg = x + (n * C + g * cg) * H * W;
       i64 at = (n * M + g * mg) * P;
-      if (!direct) im2col(xg, cg, H, W, geom, col);
-      Gemm gm = {mg, P, K, w + g * mg * K, K, 1, direct ? xg : col, P, 1, y + at, P,
-                 {bias ? bias + g * mg : NULL, NULL, res ? res + at : NULL, P, lo, hi}};
+      Image image = {xg, H, W, geom};
+      Gemm gm = {mg, P, K, w + g * mg * K, K, 1, xg, P, 1, y + at, P,
+                 {bias ? bias + g * mg : NULL, NULL, res ? res + at : NULL, P, lo, hi}, direct ? NULL : &image};
       gemm_run(&gm);
     }
 }
