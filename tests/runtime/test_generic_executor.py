@@ -29,7 +29,10 @@ def _model(build, x_shape: tuple[int, ...], rank: int = 4) -> onnx.ModelProto:
 
 def _check(model: onnx.ModelProto, min_kernel_calls: int, rtol: float = 1e-4) -> None:
     mod = kiln.from_onnx(model)
-    ex = GenericExecutor(mod, Target.host())
+    _check_executor(GenericExecutor(mod, Target.host()), mod, min_kernel_calls, rtol)
+
+
+def _check_executor(ex: GenericExecutor, mod, min_kernel_calls: int, rtol: float = 1e-4) -> None:
     rng = np.random.default_rng(1)
     feeds = {p.name: rng.standard_normal([d if isinstance(d, int) else 2 for d in p.type.shape]).astype(np.float32)
              for p in mod.main.params}
@@ -59,6 +62,72 @@ def test_conv_geometries(attrs):
                   (2, 6, 9, 11)), 1)
 
 
+@pytest.mark.parametrize("x_shape, k, attrs", [
+    ((1, 5, 13, 37), 3, {"pads": [1, 1, 1, 1]}),  # rows wide enough for 8-lane vectors, and their edges
+    ((2, 3, 17, 41), 3, {"strides": [2, 2], "pads": [1, 0, 1, 2]}),  # stride 2: even lanes of two loads
+    ((1, 4, 19, 40), 5, {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    ((1, 2, 23, 31), 3, {"dilations": [2, 3], "pads": [2, 3, 2, 3]}),
+    ((1, 3, 3, 5), 5, {"pads": [2, 2, 2, 2]}),  # a window wider than the image
+    ((1, 1, 1, 1), 1, {}),
+])
+def test_depthwise_conv(x_shape, k, attrs):
+    c = x_shape[1]
+    _check(_model(lambda g, x: _conv(g, x, c, c, k, "c", group=c, **attrs), x_shape), 1)
+
+
+@pytest.mark.parametrize("cin, cout, k, size, attrs", [
+    (7, 13, 3, (29, 31), {"pads": [1, 1, 1, 1]}),  # several tiles of rows and columns, partial ones at the edges
+    (3, 5, 7, (23, 23), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    (37, 11, 3, (9, 10), {"pads": [0, 1, 2, 1]}),  # depth across two packed blocks (37 * 9 > 256)
+    (300, 7, 1, (5, 7), {}),  # a 1x1 conv deeper than one block
+    (4, 6, 2, (1, 1), {"pads": [1, 1, 0, 0]}),
+])
+def test_conv_shapes(cin, cout, k, size, attrs):
+    _check(_model(lambda g, x: _conv(g, x, cin, cout, k, "c", **attrs), (2, cin, *size)), 1)
+
+
+def _conv_bn(g: GraphBuilder, x: str, cin: int, cout: int, name: str, **attrs) -> str:
+    return g.batch_norm(_conv(g, x, cin, cout, 3, name, pads=[1, 1, 1, 1], **attrs), cout, f"{name}.bn")
+
+
+@pytest.mark.parametrize("group", [1, 5])
+def test_conv_batch_norm_add_relu_is_one_kernel_call(group):
+    def build(g, x):
+        return g.node("Relu", [g.node("Add", [_conv_bn(g, x, 5, 5, "c", group=group), x], "a")], "r")
+
+    mod = kiln.from_onnx(_model(build, (2, 5, 11, 19)))
+    ex = GenericExecutor(mod, Target.host())
+    assert len(ex.chains) == 1
+    _check_executor(ex, mod, 1)
+    assert ex.kernel_calls == 1
+
+
+def test_conv_clip_and_a_constant_channel_add_fuse():
+    def build(g, x):
+        y = g.node("Add", [_conv(g, x, 3, 8, 3, "c"), g.weight("bias", (8, 1, 1), 1.0)], "a")
+        return g.node("Clip", [y, g.const("lo", np.float32(-0.5)), g.const("hi", np.float32(0.75))], "clip")
+
+    _check(_model(build, (1, 3, 12, 12)), 1)
+
+
+def test_a_chain_value_read_elsewhere_is_not_fused():
+    def build(g, x):
+        y = _conv(g, x, 3, 3, 3, "c", pads=[1, 1, 1, 1])
+        return g.node("Add", [g.node("Relu", [y], "r"), y], "a")  # the conv's output read twice
+
+    mod = kiln.from_onnx(_model(build, (1, 3, 6, 7)))
+    assert GenericExecutor(mod, Target.host()).chains == {}
+    _check(_model(build, (1, 3, 6, 7)), 3)
+
+
+def test_a_residual_that_broadcasts_runs_call_by_call():
+    def build(g, x):
+        y = _conv(g, x, 3, 4, 1, "c")
+        return g.node("Relu", [g.node("Add", [y, g.node("ReduceMean", [x], "m", axes=[1], keepdims=1)], "a")], "r")
+
+    _check(_model(build, (2, 3, 5, 6)), 2)
+
+
 def test_one_by_one_conv_reads_the_image_as_the_gemm_operand():
     _check(_model(lambda g, x: _conv(g, x, 5, 7, 1, "c"), (1, 5, 6, 13)), 1)
 
@@ -86,6 +155,42 @@ def test_gemm(attrs):
 
 def test_mat_mul_of_a_batched_left_operand():
     _check(_model(lambda g, x: g.node("MatMul", [x, g.weight("w", (11, 17))], "y"), (2, 3, 11), rank=3), 1)
+
+
+@pytest.mark.parametrize("m", [1, 3, 7])  # dot products (fewer rows than a tile) and tiles
+def test_gemm_transposed_weight_with_bias_and_relu(m):
+    def build(g, x):
+        return g.node("Relu", [g.node("Gemm", [x, g.weight("w", (29, 13)), g.weight("b", (29,), 1.0)], "y",
+                                      transB=1)], "r")
+
+    _check(_model(build, (m, 13), rank=2), 1)
+
+
+def test_batched_mat_muls_broadcast_and_read_transposed_operands():
+    def build(g, x):
+        k = g.node("Transpose", [x], "t", perm=[0, 1, 3, 2])
+        scores = g.node("MatMul", [x, k], "s")  # [2, 3, 7, 5] @ [2, 3, 5, 7]
+        return g.node("MatMul", [scores, g.weight("w", (3, 7, 9))], "y")  # a weight broadcast over the batch
+
+    _check(_model(build, (2, 3, 7, 5)), 2)
+
+
+def test_mat_mul_bias_and_residual_fuse():
+    def build(g, x):
+        y = g.node("Add", [g.node("MatMul", [x, g.weight("w", (17, 17))], "mm"), g.weight("b", (17,), 1.0)], "ab")
+        return g.node("Add", [x, y], "res")
+
+    _check(_model(build, (2, 5, 17), rank=3), 1)
+
+
+def test_bert_style_ops():
+    def build(g, x):
+        y = g.node("Softmax", [x], "sm", axis=-1)
+        y = g.node("Mul", [g.node("Erf", [g.node("Div", [y, g.const("two", np.float32(2.0))], "d")], "e"),
+                           g.node("Sub", [x, g.weight("s", (23,))], "sub")], "mul")
+        return g.node("LayerNormalization", [y, g.weight("gamma", (23,)), g.weight("beta", (23,))], "ln", axis=-1)
+
+    _check(_model(build, (3, 5, 23), rank=3), 6)
 
 
 def test_relu_add_batch_norm_global_pool_and_a_fallback():

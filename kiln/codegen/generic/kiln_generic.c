@@ -34,6 +34,7 @@ static inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 /* 8 floats: one AVX2 register, half an AVX-512 one, two SSE ones; v8u loads and stores unaligned */
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* what a result gets as it is stored: + row_bias[i] + col_bias[j] + res[i, j], then clamped to [lo, hi]
  * (NaN kept, and lo > hi gives hi, as Clip's max-then-min does); NULL pointers add nothing */
@@ -133,8 +134,6 @@ static void tile(i64 kc, const float *restrict a, const float *restrict b, float
   row[0] = c00, row[1] = c01, row[2] = c10, row[3] = c11, row[4] = c20, row[5] = c21;
   row[6] = c30, row[7] = c31, row[8] = c40, row[9] = c41, row[10] = c50, row[11] = c51;
 }
-
-typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* max(v, lo) then min(_, hi) lane by lane, as `finish` does (a NaN lane compares false and is kept) */
 static inline v8 clamp8(v8 v, v8 lo, v8 hi) {
@@ -301,31 +300,76 @@ static void tap_range(i64 off, i64 stride, i64 size, i64 out, i64 *lo, i64 *hi) 
   *hi = b < *lo ? *lo : min64(b, out);
 }
 
-/* a depthwise convolution (one input and one output channel per group): each output row accumulated tap by
- * tap over the range of columns that tap reads inside the image (no test in the inner loop), then finished */
+/* o[ow] += the taps of input row ih (weights k[0..KW)) over output columns [c0, c1) of one row, one tap at a
+ * time (the window's edges: each tap's range of columns inside the image is its own) */
+static void depthwise_taps(const float *in, const float *k, i64 W, i64 KW, i64 OW, i64 sw, i64 pw, i64 dw, i64 ih,
+                           i64 c0, i64 c1, float *restrict o) {
+  const float *restrict row = in + ih * W;
+  for (i64 kw = 0; kw < KW; kw++) {
+    i64 off = kw * dw - pw, lo, hi;
+    float v = k[kw];
+    tap_range(off, sw, W, OW, &lo, &hi);
+    lo = lo > c0 ? lo : c0, hi = hi < c1 ? hi : c1;
+    for (i64 ow = lo; ow < hi; ow++) o[ow] += v * row[ow * sw + off];
+  }
+}
+
+/* 8 floats from p, p+stride: unit stride loaded at once, stride 2 as the even lanes of two loads */
+static inline v8 load_strided(const float *p, i64 stride) {
+  if (stride == 1) return *(const v8u *)p;
+  v8 a = *(const v8u *)p, b = *(const v8u *)(p + 8);
+  if (stride == 2) return __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+  v8 r;
+  for (int l = 0; l < 8; l++) r[l] = p[l * stride];
+  return r;
+}
+
+/* one output row whose window rows are all in the image: the columns whose taps are all inside computed 8 at
+ * a time with every tap in registers (one store per output), the edges tap by tap */
+static void depthwise_row(const float *in, const float *k, i64 W, const i64 *geom, i64 oh, float *restrict o) {
+  i64 KH = geom[0], KW = geom[1], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6], pw = geom[7],
+      dh = geom[8], dw = geom[9], lo, hi, lo2, hi2;
+  tap_range(-pw, sw, W, OW, &lo, &hi);
+  tap_range((KW - 1) * dw - pw, sw, W, OW, &lo2, &hi2);
+  lo = lo2 > lo ? lo2 : lo, hi = hi2 < hi ? hi2 : hi;
+  /* a stride-2 vector loads one float past its last lane's */
+  while (hi > lo && (hi - 1) * sw - pw + (KW - 1) * dw + (sw == 2) >= W) hi--;
+  i64 vec_end = hi > lo ? lo + (hi - lo) / 8 * 8 : lo;
+  for (i64 ow = lo; ow < vec_end; ow += 8) {
+    v8 s = {0};
+    for (i64 kh = 0; kh < KH; kh++) {
+      const float *row = in + (oh * sh - ph + kh * dh) * W + ow * sw - pw;
+      for (i64 kw = 0; kw < KW; kw++) s += k[kh * KW + kw] * load_strided(row + kw * dw, sw);
+    }
+    *(v8u *)(o + ow) = s;
+  }
+  memset(o, 0, (size_t)lo * sizeof(float));
+  memset(o + vec_end, 0, (size_t)(OW - vec_end) * sizeof(float));
+  for (i64 kh = 0; kh < KH; kh++) {
+    i64 ih = oh * sh - ph + kh * dh;
+    depthwise_taps(in, k + kh * KW, W, KW, OW, sw, pw, dw, ih, 0, lo, o);
+    depthwise_taps(in, k + kh * KW, W, KW, OW, sw, pw, dw, ih, vec_end, OW, o);
+  }
+}
+
+/* a depthwise convolution (one input and one output channel per group), then the epilogue on each row */
 static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *x, const float *w,
                       const Epilogue *e, float *y) {
-  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6],
-      pw = geom[7], dh = geom[8], dw = geom[9];
+  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], ph = geom[6], dh = geom[8];
 #pragma omp parallel for schedule(static) if (N * C * OH * OW * KH * KW > PAR_WORK)
   for (i64 nc = 0; nc < N * C; nc++) {
     const float *in = x + nc * H * W, *k = w + nc % C * KH * KW;
     float *out = y + nc * OH * OW;
     for (i64 oh = 0; oh < OH; oh++) {
       float *restrict o = out + oh * OW;
-      memset(o, 0, (size_t)OW * sizeof(float));
-      for (i64 kh = 0; kh < KH; kh++) {
-        i64 ih = oh * sh - ph + kh * dh;
-        if (ih < 0 || ih >= H) continue;
-        const float *restrict row = in + ih * W;
-        for (i64 kw = 0; kw < KW; kw++) {
-          i64 off = kw * dw - pw, lo, hi;
-          float v = k[kh * KW + kw];
-          tap_range(off, sw, W, OW, &lo, &hi);
-          if (sw == 1)
-            for (i64 ow = lo; ow < hi; ow++) o[ow] += v * row[ow + off];
-          else
-            for (i64 ow = lo; ow < hi; ow++) o[ow] += v * row[ow * sw + off];
+      i64 top = oh * sh - ph, bottom = top + (KH - 1) * dh;
+      if (top >= 0 && bottom < H) {
+        depthwise_row(in, k, W, geom, oh, o);
+      } else {
+        memset(o, 0, (size_t)OW * sizeof(float));
+        for (i64 kh = 0; kh < KH; kh++) {
+          i64 ih = top + kh * dh;
+          if (ih >= 0 && ih < H) depthwise_taps(in, k + kh * KW, W, KW, OW, geom[5], geom[7], geom[9], ih, 0, OW, o);
         }
       }
       Epilogue plane = {e->row_bias ? e->row_bias + nc % C : NULL, NULL, e->res ? e->res + nc * OH * OW : NULL,
