@@ -300,16 +300,33 @@ static void tap_range(i64 off, i64 stride, i64 size, i64 out, i64 *lo, i64 *hi) 
   *hi = b < *lo ? *lo : min64(b, out);
 }
 
+/* the output columns of a depthwise row, the same for every row: tap kw reads the image over [tlo[kw], thi[kw]),
+ * all taps over [lo, hi), of which [lo, end) in whole vectors */
+typedef struct {
+  i64 *tlo, *thi;
+  i64 lo, end;
+} Columns;
+
+static void columns(const i64 *geom, i64 W, i64 *tlo, i64 *thi, Columns *cols) {
+  i64 KW = geom[1], OW = geom[3], sw = geom[5], pw = geom[7], dw = geom[9], lo = 0, hi = OW;
+  for (i64 kw = 0; kw < KW; kw++) {
+    tap_range(kw * dw - pw, sw, W, OW, &tlo[kw], &thi[kw]);
+    lo = tlo[kw] > lo ? tlo[kw] : lo, hi = thi[kw] < hi ? thi[kw] : hi;
+  }
+  /* a stride-2 vector loads one float past its last lane's */
+  while (hi > lo && (hi - 1) * sw - pw + (KW - 1) * dw + (sw == 2) >= W) hi--;
+  *cols = (Columns){tlo, thi, lo, hi > lo ? lo + (hi - lo) / 8 * 8 : lo};
+}
+
 /* o[ow] += the taps of input row ih (weights k[0..KW)) over output columns [c0, c1) of one row, one tap at a
  * time (the window's edges: each tap's range of columns inside the image is its own) */
-static void depthwise_taps(const float *in, const float *k, i64 W, i64 KW, i64 OW, i64 sw, i64 pw, i64 dw, i64 ih,
+static void depthwise_taps(const float *in, const float *k, i64 W, const i64 *geom, const Columns *cols, i64 ih,
                            i64 c0, i64 c1, float *restrict o) {
+  i64 KW = geom[1], sw = geom[5], pw = geom[7], dw = geom[9];
   const float *restrict row = in + ih * W;
   for (i64 kw = 0; kw < KW; kw++) {
-    i64 off = kw * dw - pw, lo, hi;
+    i64 off = kw * dw - pw, lo = cols->tlo[kw] > c0 ? cols->tlo[kw] : c0, hi = cols->thi[kw] < c1 ? cols->thi[kw] : c1;
     float v = k[kw];
-    tap_range(off, sw, W, OW, &lo, &hi);
-    lo = lo > c0 ? lo : c0, hi = hi < c1 ? hi : c1;
     for (i64 ow = lo; ow < hi; ow++) o[ow] += v * row[ow * sw + off];
   }
 }
@@ -324,31 +341,55 @@ static inline v8 load_strided(const float *p, i64 stride) {
   return r;
 }
 
-/* one output row whose window rows are all in the image: the columns whose taps are all inside computed 8 at
- * a time with every tap in registers (one store per output), the edges tap by tap */
-static void depthwise_row(const float *in, const float *k, i64 W, const i64 *geom, i64 oh, float *restrict o) {
-  i64 KH = geom[0], KW = geom[1], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6], pw = geom[7],
-      dh = geom[8], dw = geom[9], lo, hi, lo2, hi2;
-  tap_range(-pw, sw, W, OW, &lo, &hi);
-  tap_range((KW - 1) * dw - pw, sw, W, OW, &lo2, &hi2);
-  lo = lo2 > lo ? lo2 : lo, hi = hi2 < hi ? hi2 : hi;
-  /* a stride-2 vector loads one float past its last lane's */
-  while (hi > lo && (hi - 1) * sw - pw + (KW - 1) * dw + (sw == 2) >= W) hi--;
-  i64 vec_end = hi > lo ? lo + (hi - lo) / 8 * 8 : lo;
-  for (i64 ow = lo; ow < vec_end; ow += 8) {
+/* outputs [lo, end) of one row, 8 at a time, every tap in registers; `rows` points at each window row's
+ * first input of output 0. Inlined with constant KH, KW, sw for the common windows, so the taps unroll */
+static inline __attribute__((always_inline)) void depthwise_vectors(const float *rows, const float *k, i64 W, i64 KH,
+                                                                    i64 KW, i64 sw, i64 dh, i64 dw, i64 lo, i64 end,
+                                                                    float *restrict o) {
+  for (i64 ow = lo; ow < end; ow += 8) {
     v8 s = {0};
-    for (i64 kh = 0; kh < KH; kh++) {
-      const float *row = in + (oh * sh - ph + kh * dh) * W + ow * sw - pw;
-      for (i64 kw = 0; kw < KW; kw++) s += k[kh * KW + kw] * load_strided(row + kw * dw, sw);
-    }
+    for (i64 kh = 0; kh < KH; kh++)
+      for (i64 kw = 0; kw < KW; kw++) s += k[kh * KW + kw] * load_strided(rows + kh * dh * W + ow * sw + kw * dw, sw);
     *(v8u *)(o + ow) = s;
   }
+}
+
+/* one output row whose window rows are all in the image: the columns whose taps are all inside computed by
+ * depthwise_vectors, the edges tap by tap */
+static void depthwise_row(const float *in, const float *k, i64 W, const i64 *geom, const Columns *cols, i64 oh,
+                          float *restrict o) {
+  i64 KH = geom[0], KW = geom[1], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6], pw = geom[7],
+      dh = geom[8], dw = geom[9], lo = cols->lo, end = cols->end;
+  const float *rows = in + (oh * sh - ph) * W - pw;
+  if (KH == 3 && KW == 3 && sw == 1)
+    depthwise_vectors(rows, k, W, 3, 3, 1, dh, dw, lo, end, o);
+  else if (KH == 3 && KW == 3 && sw == 2)
+    depthwise_vectors(rows, k, W, 3, 3, 2, dh, dw, lo, end, o);
+  else
+    depthwise_vectors(rows, k, W, KH, KW, sw, dh, dw, lo, end, o);
   memset(o, 0, (size_t)lo * sizeof(float));
-  memset(o + vec_end, 0, (size_t)(OW - vec_end) * sizeof(float));
+  memset(o + end, 0, (size_t)(OW - end) * sizeof(float));
   for (i64 kh = 0; kh < KH; kh++) {
     i64 ih = oh * sh - ph + kh * dh;
-    depthwise_taps(in, k + kh * KW, W, KW, OW, sw, pw, dw, ih, 0, lo, o);
-    depthwise_taps(in, k + kh * KW, W, KW, OW, sw, pw, dw, ih, vec_end, OW, o);
+    depthwise_taps(in, k + kh * KW, W, geom, cols, ih, 0, lo, o);
+    depthwise_taps(in, k + kh * KW, W, geom, cols, ih, end, OW, o);
+  }
+}
+
+/* o[i] + bias + res[i], clamped to [lo, hi], over a row of n: the epilogue 8 lanes at a time */
+static void finish_row(float *restrict o, i64 n, float bias, const float *res, float lo, float hi) {
+  v8 vb = {0}, vlo = {0}, vhi = {0};
+  vb += bias, vlo += lo, vhi += hi;
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 v = *(v8u *)(o + i) + vb;
+    if (res) v += *(const v8u *)(res + i);
+    *(v8u *)(o + i) = clamp8(v, vlo, vhi);
+  }
+  for (; i < n; i++) {
+    float v = o[i] + bias + (res ? res[i] : 0.0f);
+    v = v < lo ? lo : v;
+    o[i] = v > hi ? hi : v;
   }
 }
 
@@ -356,6 +397,9 @@ static void depthwise_row(const float *in, const float *k, i64 W, const i64 *geo
 static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *x, const float *w,
                       const Epilogue *e, float *y) {
   i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], ph = geom[6], dh = geom[8];
+  i64 tlo[KW], thi[KW];
+  Columns cols;
+  columns(geom, W, tlo, thi, &cols);
 #pragma omp parallel for schedule(static) if (N * C * OH * OW * KH * KW > PAR_WORK)
   for (i64 nc = 0; nc < N * C; nc++) {
     const float *in = x + nc * H * W, *k = w + nc % C * KH * KW;
@@ -364,17 +408,16 @@ static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *
       float *restrict o = out + oh * OW;
       i64 top = oh * sh - ph, bottom = top + (KH - 1) * dh;
       if (top >= 0 && bottom < H) {
-        depthwise_row(in, k, W, geom, oh, o);
+        depthwise_row(in, k, W, geom, &cols, oh, o);
       } else {
         memset(o, 0, (size_t)OW * sizeof(float));
         for (i64 kh = 0; kh < KH; kh++) {
           i64 ih = top + kh * dh;
-          if (ih >= 0 && ih < H) depthwise_taps(in, k + kh * KW, W, KW, OW, geom[5], geom[7], geom[9], ih, 0, OW, o);
+          if (ih >= 0 && ih < H) depthwise_taps(in, k + kh * KW, W, geom, &cols, ih, 0, OW, o);
         }
       }
-      Epilogue plane = {e->row_bias ? e->row_bias + nc % C : NULL, NULL, e->res ? e->res + nc * OH * OW : NULL,
-                        OW, e->lo, e->hi};
-      for (i64 ow = 0; ow < OW; ow++) o[ow] = finish(o[ow], &plane, 0, oh * OW + ow);
+      finish_row(o, OW, e->row_bias ? e->row_bias[nc % C] : 0.0f, e->res ? e->res + (nc * OH + oh) * OW : NULL,
+                 e->lo, e->hi);
     }
   }
 }
