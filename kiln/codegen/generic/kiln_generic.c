@@ -293,44 +293,6 @@ void kiln_gemm(const i64 *d, const float *A, const float *B, float *C, const flo
 /* ---------------------------------------------------------------------------------------------------
  * convolution */
 
-/* [lo, hi): the outputs along one axis whose tap at offset `off` (= k*dilation - pad) lands in [0, size) */
-static void tap_range(i64 off, i64 stride, i64 size, i64 out, i64 *lo, i64 *hi) {
-  i64 a = off < 0 ? (-off + stride - 1) / stride : 0, b = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
-  *lo = min64(a, out);
-  *hi = b < *lo ? *lo : min64(b, out);
-}
-
-/* the output columns of a depthwise row, the same for every row: tap kw reads the image over [tlo[kw], thi[kw]),
- * all taps over [lo, hi), of which [lo, end) in whole vectors */
-typedef struct {
-  i64 *tlo, *thi;
-  i64 lo, end;
-} Columns;
-
-static void columns(const i64 *geom, i64 W, i64 *tlo, i64 *thi, Columns *cols) {
-  i64 KW = geom[1], OW = geom[3], sw = geom[5], pw = geom[7], dw = geom[9], lo = 0, hi = OW;
-  for (i64 kw = 0; kw < KW; kw++) {
-    tap_range(kw * dw - pw, sw, W, OW, &tlo[kw], &thi[kw]);
-    lo = tlo[kw] > lo ? tlo[kw] : lo, hi = thi[kw] < hi ? thi[kw] : hi;
-  }
-  /* a stride-2 vector loads one float past its last lane's */
-  while (hi > lo && (hi - 1) * sw - pw + (KW - 1) * dw + (sw == 2) >= W) hi--;
-  *cols = (Columns){tlo, thi, lo, hi > lo ? lo + (hi - lo) / 8 * 8 : lo};
-}
-
-/* o[ow] += the taps of input row ih (weights k[0..KW)) over output columns [c0, c1) of one row, one tap at a
- * time (the window's edges: each tap's range of columns inside the image is its own) */
-static void depthwise_taps(const float *in, const float *k, i64 W, const i64 *geom, const Columns *cols, i64 ih,
-                           i64 c0, i64 c1, float *restrict o) {
-  i64 KW = geom[1], sw = geom[5], pw = geom[7], dw = geom[9];
-  const float *restrict row = in + ih * W;
-  for (i64 kw = 0; kw < KW; kw++) {
-    i64 off = kw * dw - pw, lo = cols->tlo[kw] > c0 ? cols->tlo[kw] : c0, hi = cols->thi[kw] < c1 ? cols->thi[kw] : c1;
-    float v = k[kw];
-    for (i64 ow = lo; ow < hi; ow++) o[ow] += v * row[ow * sw + off];
-  }
-}
-
 /* 8 floats from p, p+stride: unit stride loaded at once, stride 2 as the even lanes of two loads */
 static inline v8 load_strided(const float *p, i64 stride) {
   if (stride == 1) return *(const v8u *)p;
@@ -341,38 +303,29 @@ static inline v8 load_strided(const float *p, i64 stride) {
   return r;
 }
 
-/* outputs [lo, end) of one row, 8 at a time, every tap in registers; `rows` points at each window row's
- * first input of output 0. Inlined with constant KH, KW, sw for the common windows, so the taps unroll */
-static inline __attribute__((always_inline)) void depthwise_vectors(const float *rows, const float *k, i64 W, i64 KH,
-                                                                    i64 KW, i64 sw, i64 dh, i64 dw, i64 lo, i64 end,
-                                                                    float *restrict o) {
-  for (i64 ow = lo; ow < end; ow += 8) {
-    v8 s = {0};
-    for (i64 kh = 0; kh < KH; kh++)
-      for (i64 kw = 0; kw < KW; kw++) s += k[kh * KW + kw] * load_strided(rows + kh * dh * W + ow * sw + kw * dw, sw);
-    *(v8u *)(o + ow) = s;
-  }
+/* The padded plane a depthwise conv reads: the image at (ph, pw) in zeros, wide and tall enough that every
+ * tap of every output of a row rounded up to whole vectors (Wq columns) reads inside it, with no test */
+typedef struct {
+  i64 Wq, Hp, Wp;
+} Padded;
+
+static Padded padded(i64 H, i64 W, const i64 *geom) {
+  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6],
+      pw = geom[7], dh = geom[8], dw = geom[9], Wq = (OW + 7) / 8 * 8;
+  i64 Hp = (OH - 1) * sh + (KH - 1) * dh + 1, Wp = (Wq - 1) * sw + (KW - 1) * dw + 2 + 8 * sw;
+  return (Padded){Wq, Hp > ph + H ? Hp : ph + H, Wp > pw + W ? Wp : pw + W};
 }
 
-/* one output row whose window rows are all in the image: the columns whose taps are all inside computed by
- * depthwise_vectors, the edges tap by tap */
-static void depthwise_row(const float *in, const float *k, i64 W, const i64 *geom, const Columns *cols, i64 oh,
-                          float *restrict o) {
-  i64 KH = geom[0], KW = geom[1], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6], pw = geom[7],
-      dh = geom[8], dw = geom[9], lo = cols->lo, end = cols->end;
-  const float *rows = in + (oh * sh - ph) * W - pw;
-  if (KH == 3 && KW == 3 && sw == 1)
-    depthwise_vectors(rows, k, W, 3, 3, 1, dh, dw, lo, end, o);
-  else if (KH == 3 && KW == 3 && sw == 2)
-    depthwise_vectors(rows, k, W, 3, 3, 2, dh, dw, lo, end, o);
-  else
-    depthwise_vectors(rows, k, W, KH, KW, sw, dh, dw, lo, end, o);
-  memset(o, 0, (size_t)lo * sizeof(float));
-  memset(o + end, 0, (size_t)(OW - end) * sizeof(float));
-  for (i64 kh = 0; kh < KH; kh++) {
-    i64 ih = oh * sh - ph + kh * dh;
-    depthwise_taps(in, k + kh * KW, W, geom, cols, ih, 0, lo, o);
-    depthwise_taps(in, k + kh * KW, W, geom, cols, ih, end, OW, o);
+/* outputs of one row of a plane, Wq of them, 8 at a time with every tap in registers, into `row`. Inlined
+ * with constant KH, KW, sw for the common windows, so the taps unroll */
+static inline __attribute__((always_inline)) void depthwise_vectors(const float *top, const float *k, i64 Wp, i64 Wq,
+                                                                    i64 KH, i64 KW, i64 sw, i64 dh, i64 dw,
+                                                                    float *restrict row) {
+  for (i64 ow = 0; ow < Wq; ow += 8) {
+    v8 s = {0};
+    for (i64 kh = 0; kh < KH; kh++)
+      for (i64 kw = 0; kw < KW; kw++) s += k[kh * KW + kw] * load_strided(top + kh * dh * Wp + ow * sw + kw * dw, sw);
+    *(v8u *)(row + ow) = s;
   }
 }
 
@@ -393,32 +346,40 @@ static void finish_row(float *restrict o, i64 n, float bias, const float *res, f
   }
 }
 
-/* a depthwise convolution (one input and one output channel per group), then the epilogue on each row */
+/* a depthwise convolution (one input and one output channel per group): each plane copied into its padded
+ * plane, then every output row computed in whole vectors and finished (bias, residual, clamp) into y */
 static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *x, const float *w,
                       const Epilogue *e, float *y) {
-  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], ph = geom[6], dh = geom[8];
-  i64 tlo[KW], thi[KW];
-  Columns cols;
-  columns(geom, W, tlo, thi, &cols);
-#pragma omp parallel for schedule(static) if (N * C * OH * OW * KH * KW > PAR_WORK)
-  for (i64 nc = 0; nc < N * C; nc++) {
-    const float *in = x + nc * H * W, *k = w + nc % C * KH * KW;
-    float *out = y + nc * OH * OW;
-    for (i64 oh = 0; oh < OH; oh++) {
-      float *restrict o = out + oh * OW;
-      i64 top = oh * sh - ph, bottom = top + (KH - 1) * dh;
-      if (top >= 0 && bottom < H) {
-        depthwise_row(in, k, W, geom, &cols, oh, o);
-      } else {
-        memset(o, 0, (size_t)OW * sizeof(float));
-        for (i64 kh = 0; kh < KH; kh++) {
-          i64 ih = top + kh * dh;
-          if (ih >= 0 && ih < H) depthwise_taps(in, k + kh * KW, W, geom, &cols, ih, 0, OW, o);
-        }
+  i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], sh = geom[4], sw = geom[5], ph = geom[6],
+      pw = geom[7], dh = geom[8], dw = geom[9];
+  Padded pd = padded(H, W, geom);
+#pragma omp parallel if (N * C * OH * OW * KH * KW > PAR_WORK)
+  {
+    float *pad = aligned_alloc(64, (size_t)((pd.Hp * pd.Wp + 16) * sizeof(float) + 63) / 64 * 64);
+    float *row = aligned_alloc(64, (size_t)pd.Wq * sizeof(float));
+#pragma omp for schedule(static)
+    for (i64 nc = 0; nc < N * C; nc++) {
+      const float *in = x + nc * H * W, *k = w + nc % C * KH * KW;
+      float *out = y + nc * OH * OW;
+      if (!pad || !row) continue;
+      memset(pad, 0, (size_t)(pd.Hp * pd.Wp + 16) * sizeof(float));
+      for (i64 ih = 0; ih < H; ih++) memcpy(pad + (ih + ph) * pd.Wp + pw, in + ih * W, (size_t)W * sizeof(float));
+      for (i64 oh = 0; oh < OH; oh++) {
+        const float *top = pad + oh * sh * pd.Wp;
+        if (KH == 3 && KW == 3 && sw == 1)
+          depthwise_vectors(top, k, pd.Wp, pd.Wq, 3, 3, 1, dh, dw, row);
+        else if (KH == 3 && KW == 3 && sw == 2)
+          depthwise_vectors(top, k, pd.Wp, pd.Wq, 3, 3, 2, dh, dw, row);
+        else
+          depthwise_vectors(top, k, pd.Wp, pd.Wq, KH, KW, sw, dh, dw, row);
+        float *o = out + oh * OW;
+        memcpy(o, row, (size_t)OW * sizeof(float));
+        finish_row(o, OW, e->row_bias ? e->row_bias[nc % C] : 0.0f, e->res ? e->res + (nc * OH + oh) * OW : NULL,
+                   e->lo, e->hi);
       }
-      finish_row(o, OW, e->row_bias ? e->row_bias[nc % C] : 0.0f, e->res ? e->res + (nc * OH + oh) * OW : NULL,
-                 e->lo, e->hi);
     }
+    free(pad);
+    free(row);
   }
 }
 
