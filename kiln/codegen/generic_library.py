@@ -18,7 +18,7 @@ from kiln.errors import KilnError
 from kiln.target import Target
 
 SOURCE = Path(__file__).with_name("generic") / "kiln_generic.c"
-ABI = 3  # KILN_GENERIC_ABI of kiln_generic.c
+ABI = 4  # KILN_GENERIC_ABI of kiln_generic.c
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}  # NOTE: per process: a library loaded once serves every session
@@ -73,7 +73,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     """ctypes signatures of the kernels (sizes are int64; tensors, shapes and geometry pointers)."""
     i64, ptr, i32, f32, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_double
     for name, args in (("kiln_gemm", [ptr, ptr, ptr, ptr, ptr, ptr, ptr, f32, f32]),
-                       ("kiln_conv2d", [i64, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, f32, f32, ptr]),
+                       ("kiln_conv2d", [i64, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, f32, f32, ptr]),
+                       ("kiln_pack_a", [i64, i64, i64, ptr, ptr]),
                        ("kiln_pool2d", [i64, i64, i64, ptr, i32, ptr, ptr]),
                        ("kiln_plane_mean", [i64, i64, ptr, ptr]),
                        ("kiln_channel_affine", [i64, i64, i64, ptr, ptr, ptr, f32, f32, ptr]),
@@ -84,3 +85,4 @@ def _declare(lib: ctypes.CDLL) -> None:
                        ("kiln_layer_norm", [i64, i64, ptr, ptr, ptr, f64, ptr, ptr, ptr])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = None, args
+    lib.kiln_tile_rows.restype, lib.kiln_tile_rows.argtypes = ctypes.c_int, []

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.ir.expr import Call
+from kiln.ir.expr import Call, Constant
 from kiln.op.nn import Window
 from kiln.op.reduce import softmax_axes
 
@@ -81,6 +81,24 @@ def _residual(tail: Tail, shape: tuple[int, ...], view: tuple[int, ...] | None =
     return np.ascontiguousarray(tail.res).reshape(view or shape)
 
 
+def _packed_weight(lib: ctypes.CDLL, call: Call, w: np.ndarray, group: int, cache: dict) -> np.ndarray | None:
+    """A conv's weight as the GEMM reads it, packed once per executor: for the call's constant weight or the
+    one its batch norm was folded into (both live as long as the executor), else None (packed at each call).
+    Keyed by the array too, so a call run both folded and unfolded keeps one of each."""
+    folded = cache.get((id(call), "folded"))
+    if not (isinstance(call.args[1], Constant) and call.args[1].data is w) and (folded is None or folded[0] is not w):
+        return None
+
+    def pack() -> tuple[np.ndarray, np.ndarray]:
+        m, k = w.shape[0] // group, w[0].size
+        rows = -(-m // lib.kiln_tile_rows()) * lib.kiln_tile_rows()
+        out = np.empty(group * rows * k, np.float32)
+        lib.kiln_pack_a(group, m, k, _ptr(w), _ptr(out))
+        return w, out
+
+    return constant_derived(cache, (id(call), "packed", id(w)), pack)[1]
+
+
 def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail = NO_TAIL) -> np.ndarray | None:
     x, w, b = (args + [None])[:3]
     if not _f32(x, w) or x.ndim != 4 or (b is not None and not _f32(b)):
@@ -95,8 +113,9 @@ def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail 
         return None
     x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
     bias = _bias_sum(b, tail.bias)
-    lib.kiln_conv2d(n, c, h, wd, m, group, _ptr(geom), _ptr(x), _ptr(w), _ptr(bias), _ptr(res), tail.lo, tail.hi,
-                    _ptr(y))
+    packed = _packed_weight(lib, call, w, group, cache)
+    lib.kiln_conv2d(n, c, h, wd, m, group, _ptr(geom), _ptr(x), _ptr(w), _ptr(packed), _ptr(bias), _ptr(res), tail.lo,
+                    tail.hi, _ptr(y))
     return y
 
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KILN_GENERIC_ABI 3
+#define KILN_GENERIC_ABI 4
 #define MR 6            /* rows of C one tile keeps in registers */
 #define NR 16           /* columns of C one tile keeps in registers (two 8-float vectors) */
 #define KC 256          /* depth of one packed block: an NR-column sliver of B (16 KiB) stays in L1 */
@@ -73,6 +73,7 @@ typedef struct {
   i64 ldc;
   Epilogue epi;
   const Image *image; /* when not NULL, B is this image's columns (B and its strides unused) */
+  const float *packed_a; /* when not NULL, A as kiln_pack_a lays it out (A and its strides unused) */
 } Gemm;
 
 /* rows [i, i+m) x depth [p, p+kc) of A as MR-row slivers, each column of a sliver contiguous, zero-padded */
@@ -191,13 +192,16 @@ static void gemm_blocked(const Gemm *g, float *bp, float *ap) {
       for (i64 jb = 0; jb < nb; jb++) pack_b(g, pc, kc, jc + jb * NR, min64(NR, nc - jb * NR), bp + jb * kc * NR);
       for (i64 ic = 0; ic < M; ic += MC) {
         i64 mc = min64(MC, M - ic), mb = (mc + MR - 1) / MR;
+        const float *a = g->packed_a ? g->packed_a + pc * ((M + MR - 1) / MR * MR) + ic * kc : ap;
+        if (!g->packed_a) {
 #pragma omp for schedule(static)
-        for (i64 ib = 0; ib < mb; ib++) pack_a(g, ic + ib * MR, min64(MR, mc - ib * MR), pc, kc, ap + ib * kc * MR);
+          for (i64 ib = 0; ib < mb; ib++) pack_a(g, ic + ib * MR, min64(MR, mc - ib * MR), pc, kc, ap + ib * kc * MR);
+        }
 #pragma omp for collapse(2) schedule(static)
         for (i64 jb = 0; jb < nb; jb++)
           for (i64 ib = 0; ib < mb; ib++) {
             float t[MR * NR] __attribute__((aligned(32)));
-            tile(kc, ap + ib * kc * MR, bp + jb * kc * NR, t);
+            tile(kc, a + ib * kc * MR, bp + jb * kc * NR, t);
             store(g, t, ic + ib * MR, jc + jb * NR, min64(MR, mc - ib * MR), min64(NR, nc - jb * NR), first, last);
           }
       }
@@ -285,7 +289,7 @@ void kiln_gemm(const i64 *d, const float *A, const float *B, float *C, const flo
 #pragma omp parallel for schedule(static) if (batch > 1 && batch * d[1] * d[2] * d[3] > PAR_WORK)
   for (i64 b = 0; b < batch; b++) {
     Gemm g = {d[1], d[2], d[3], A + b * d[4], d[5], d[6], B + b * d[7], d[8], d[9], C + b * d[10], d[11],
-              {row_bias, col_bias, res ? res + b * d[12] : NULL, d[13], lo, hi}, NULL};
+              {row_bias, col_bias, res ? res + b * d[12] : NULL, d[13], lo, hi}, NULL, NULL};
     gemm_run(&g);
   }
 }
@@ -383,11 +387,27 @@ static void depthwise(i64 N, i64 C, i64 H, i64 W, const i64 *geom, const float *
   }
 }
 
+/* out = `groups` row-major [M x K] matrices of A laid out as the GEMM reads them (its depth blocks one after
+ * another, each MR-row sliver of a block contiguous, rows zero-padded to a multiple of MR): a constant
+ * weight packed once by the caller instead of at every call. out holds groups * ceil(M / MR) * MR * K floats */
+void kiln_pack_a(i64 groups, i64 M, i64 K, const float *A, float *out) {
+  i64 Mp = (M + MR - 1) / MR * MR;
+  for (i64 g = 0; g < groups; g++) {
+    Gemm gm = {M, 0, K, A + g * M * K, K, 1, NULL, 0, 0, NULL, 0, {NULL, NULL, NULL, 0, 0, 0}, NULL, NULL};
+    for (i64 pc = 0; pc < K; pc += KC) {
+      i64 kc = min64(KC, K - pc);
+      for (i64 i = 0; i < M; i += MR) pack_a(&gm, i, min64(MR, M - i), pc, kc, out + g * Mp * K + pc * Mp + i * kc);
+    }
+  }
+}
+
+int kiln_tile_rows(void) { return MR; }
+
 /* y[N, M, OH, OW] = clamp(conv2d(x[N, C, H, W], w[M, C/group, KH, KW]) + bias[M] + res[N, M, OH, OW], lo, hi)
  * (bias and res may be NULL): one GEMM per image and group, its B the image's im2col matrix read in place (a
  * 1x1 stride-1 unpadded conv's is the image itself). geom: KH, KW, OH, OW, sh, sw, ph (top), pw (left), dh, dw */
 void kiln_conv2d(i64 N, i64 C, i64 H, i64 W, i64 M, i64 group, const i64 *geom, const float *x, const float *w,
-                 const float *bias, const float *res, float lo, float hi, float *y) {
+                 const float *packed_w, const float *bias, const float *res, float lo, float hi, float *y) {
   i64 KH = geom[0], KW = geom[1], OH = geom[2], OW = geom[3], cg = C / group, mg = M / group, K = cg * KH * KW,
       P = OH * OW;
   Epilogue e = {bias, NULL, res, P, lo, hi};
@@ -400,7 +420,8 @@ void kiln_conv2d(i64 N, i64 C, i64 H, i64 W, i64 M, i64 group, const i64 *geom, 
       i64 at = (n * M + g * mg) * P;
       Image image = {xg, H, W, geom};
       Gemm gm = {mg, P, K, w + g * mg * K, K, 1, xg, P, 1, y + at, P,
-                 {bias ? bias + g * mg : NULL, NULL, res ? res + at : NULL, P, lo, hi}, direct ? NULL : &image};
+                 {bias ? bias + g * mg : NULL, NULL, res ? res + at : NULL, P, lo, hi}, direct ? NULL : &image,
+                 packed_w ? packed_w + g * ((mg + MR - 1) / MR * MR) * K : NULL};
       gemm_run(&gm);
     }
 }
