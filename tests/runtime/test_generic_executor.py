@@ -81,6 +81,7 @@ def test_depthwise_conv(x_shape, k, attrs):
     (37, 11, 3, (9, 10), {"pads": [0, 1, 2, 1]}),  # depth across two packed blocks (37 * 9 > 256)
     (300, 7, 1, (5, 7), {}),  # a 1x1 conv deeper than one block
     (4, 6, 2, (1, 1), {"pads": [1, 1, 0, 0]}),
+    (9, 4, 1, (5, 70), {}),  # fewer output channels than a tile: B streamed row by row, two column blocks
 ])
 def test_conv_shapes(cin, cout, k, size, attrs):
     _check(_model(lambda g, x: _conv(g, x, cin, cout, k, "c", **attrs), (2, cin, *size)), 1)
@@ -164,6 +165,21 @@ def test_gemm_transposed_weight_with_bias_and_relu(m):
                                       transB=1)], "r")
 
     _check(_model(build, (m, 13), rank=2), 1)
+
+
+def test_a_few_rows_times_a_wide_weight_streams_it():
+    _check(_model(lambda g, x: g.node("MatMul", [x, g.weight("w", (13, 300))], "y"), (1, 5, 13), rank=3), 1)
+
+
+def test_a_gemm_whose_scaling_makes_no_epilogue_runs_call_by_call():
+    def build(g, x):
+        y = g.node("Gemm", [x, g.weight("w", (13, 6)), g.weight("c", (6,), 1.0)], "y", alpha=0.5)
+        return g.node("Relu", [y], "r")
+
+    mod = kiln.from_onnx(_model(build, (7, 13), rank=2))
+    ex = GenericExecutor(mod, Target.host())
+    assert len(ex.chains) == 1
+    _check_executor(ex, mod, 2)
 
 
 def test_batched_mat_muls_broadcast_and_read_transposed_operands():
