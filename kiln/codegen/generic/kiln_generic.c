@@ -23,7 +23,8 @@
 #define KC 256          /* depth of one packed block: an NR-column sliver of B (16 KiB) stays in L1 */
 #define MC 96           /* rows of one packed block of A (96 KiB: L2) */
 #define NC 2048         /* columns of one packed panel of B (2 MiB: L3) */
-#define PAR_WORK 32768  /* multiply-adds below which a call runs on one thread */
+#define PAR_WORK 262144 /* multiply-adds below which a call runs on one thread (~10 us of work: more than a
+                           * parallel region's start and barrier cost on 2 cores) */
 
 typedef int64_t i64;
 
@@ -488,7 +489,7 @@ void kiln_channel_affine(i64 N, i64 C, i64 size, const float *x, const float *sc
 
 /* y = clamp(x, lo, hi): ReLU, ReLU6, Clip (NaN kept; lo > hi gives hi) */
 void kiln_clamp(i64 n, const float *x, float lo, float hi, float *y) {
-#pragma omp parallel for schedule(static) if (n > 8 * PAR_WORK)
+#pragma omp parallel for schedule(static) if (n > PAR_WORK)
   for (i64 i = 0; i < n; i++) {
     float v = x[i] < lo ? lo : x[i];
     y[i] = v > hi ? hi : v;
@@ -497,13 +498,13 @@ void kiln_clamp(i64 n, const float *x, float lo, float hi, float *y) {
 
 /* y = a + b, same shapes */
 void kiln_add(i64 n, const float *a, const float *b, float *y) {
-#pragma omp parallel for schedule(static) if (n > 8 * PAR_WORK)
+#pragma omp parallel for schedule(static) if (n > PAR_WORK)
   for (i64 i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
 /* y = erf(x), computed in double as the reference does */
 void kiln_erf(i64 n, const float *x, float *y) {
-#pragma omp parallel for schedule(static) if (n > PAR_WORK / 8)
+#pragma omp parallel for schedule(static) if (n > PAR_WORK / 64)
   for (i64 i = 0; i < n; i++) y[i] = (float)erf((double)x[i]);
 }
 
