@@ -112,19 +112,20 @@ def _folded(chain: Chain, args: list[Any], values: Callable[[Expr], Any], cache:
     """The conv's arguments with the chain's batch norm folded into weight and bias (once per executor:
     both are constants), or None where it cannot be."""
     conv, norm = chain.anchor, chain.norm
-    if not all(isinstance(a, Constant) for a in conv.args[1:]):
-        return None
-    affine = batch_norm_affine(norm, [None] + [values(a) for a in norm.args[1:]])
-    if affine is None or args[1].dtype != np.float32:
+    if not all(isinstance(a, Constant) for a in conv.args[1:]) or args[1].dtype != np.float32:
         return None
 
-    def fold() -> tuple[np.ndarray, np.ndarray]:
+    def fold() -> tuple[np.ndarray, np.ndarray] | None:
+        affine = batch_norm_affine(norm, [None] + [values(a) for a in norm.args[1:]])
+        if affine is None:
+            return None
         inv, shift = affine
         w = args[1].astype(np.float64) * inv.reshape((-1,) + (1,) * (args[1].ndim - 1))
         b = (0.0 if len(args) < 3 or args[2] is None else args[2].astype(np.float64)) * inv + shift
         return w.astype(np.float32), b.astype(np.float32)
 
-    return [args[0], *constant_derived(cache, (id(conv), "folded"), fold)]
+    folded = constant_derived(cache, (id(conv), "folded"), fold)
+    return None if folded is None else [args[0], *folded]
 
 
 def _tail(chain: Chain, args: list[Any], values: Callable[[Expr], Any]) -> Tail | None:

@@ -57,7 +57,8 @@ def _geometry(win: Window, spatial: tuple[int, ...]) -> tuple[tuple[int, int], n
 
 
 def constant_derived(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
-    """make(), computed once per executor for a key naming constants only (a call and an argument index)."""
+    """make(), computed once per executor for a key that determines it (a call and what it reads of its
+    constants, or of its argument shapes)."""
     if key not in cache:
         cache[key] = make()
     return cache[key]
@@ -103,8 +104,8 @@ def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail 
     x, w, b = (args + [None])[:3]
     if not _f32(x, w) or x.ndim != 4 or (b is not None and not _f32(b)):
         return None
-    win = Window.of(call.attrs, w.shape[2:])
-    (oh, ow), geom = _geometry(win, x.shape[2:])
+    key = (id(call), "geometry", x.shape[2:], w.shape[2:])
+    (oh, ow), geom = constant_derived(cache, key, lambda: _geometry(Window.of(call.attrs, w.shape[2:]), x.shape[2:]))
     n, c, h, wd = x.shape
     m, group = w.shape[0], call.attrs.group
     y = np.empty((n, m, oh, ow), np.float32)
