@@ -5,7 +5,8 @@ graph is the imported one (no passes: they would cost the seconds this tier exis
 reference interpreter walks it, and each call of an operator the generic kernels cover
 (kiln.runtime.generic_ops) runs there, others on the operator's numpy reference. Never ONNX Runtime.
 A conv / Gemm / MatMul with the batch norm, adds and clamp after it (kiln.runtime.generic_fusion) is one
-kernel call: the interpreter sees the chain's last call read the chain's inputs.
+kernel call: the interpreter sees the chain's last call read the chain's inputs. A flat graph runs its
+steps in the order found once (kiln.runtime.generic_plan) instead of the interpreter's walk.
 Runs may overlap: each has its own interpreter scope, and the shared cache holds only values derived
 from constants.
 """
@@ -23,6 +24,7 @@ from kiln.ir.visitor import post_order
 from kiln.op.interpreter import Interpreter, Scope, evaluate, run_op
 from kiln.runtime.generic_fusion import Chain, find_chains, run_fused
 from kiln.runtime.generic_ops import GENERIC_OPS
+from kiln.runtime.generic_plan import Plan, make_plan
 from kiln.target import Target
 
 
@@ -47,6 +49,11 @@ class _GenericInterpreter(Interpreter):
     def __init__(self, executor: GenericExecutor):
         super().__init__(executor.mod)
         self.executor = executor
+
+    def eval(self, root: Expr, scope: Scope) -> Any:
+        if self.executor.plan is None or root is not self.mod.main.body:
+            return super().eval(root, scope)
+        return self.executor.run_plan(scope.values)
 
     def _pending(self, e: Expr, scope: Scope) -> Expr | None:
         chain = self.executor.chains.get(id(e))
@@ -75,6 +82,7 @@ class GenericExecutor:
         self.library: ctypes.CDLL = generic_library.load(target)
         self._whole = _whole_uses(mod.main.body)
         self.chains: dict[int, Chain] = find_chains(mod.main.body)
+        self.plan: Plan | None = make_plan(mod.main.body, self.chains)
         self._derived: dict = {}  # (call id, argument) -> a constant argument re-laid out once
         self.kernel_calls = 0  # calls the generic kernels ran, for tests and status
 
@@ -102,6 +110,26 @@ class GenericExecutor:
                 value = run_op(call.op, call.attrs, args, call.name, call.type)
             prev = call
         return value
+
+    def run_plan(self, values: dict[int, Any]) -> Any:
+        """`main`'s value by the plan, `values` holding the checked inputs by parameter id."""
+        values.update(self.plan.constants)
+        for e, dead in zip(self.plan.steps, self.plan.dead):
+            values[id(e)] = self._step(e, values)
+            for key in dead:
+                del values[key]
+        return values[id(self.mod.main.body)]
+
+    def _step(self, e: Expr, values: dict[int, Any]) -> Any:
+        if id(e) in self.chains:
+            return self.run_chain(self.chains[id(e)], lambda a: values[id(a)])
+        if isinstance(e, Call):
+            args = [values[id(a)] for a in e.args]
+            value = self.try_kernel(e, args)
+            return run_op(e.op, e.attrs, args, e.name, e.type) if value is None else value
+        if isinstance(e, TupleGetItem):
+            return values[id(e.tuple_value)][e.index]
+        return tuple(values[id(f)] for f in e.fields)
 
     def run(self, feeds: dict[str, Any]) -> list[Any]:
         """The outputs of `main` on named inputs (checked as the interpreter checks them)."""

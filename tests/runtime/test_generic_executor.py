@@ -9,6 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
+from kiln.ir.expr import Call, Tuple, TupleGetItem
+from kiln.ir.visitor import post_order
 from kiln.models import mlp, mobilenet_v2, small_cnn
 from kiln.models.onnx_builder import GraphBuilder
 from kiln.runtime.generic_executor import GenericExecutor
@@ -231,3 +233,14 @@ def test_max_pool_indices_read_run_on_the_reference():
                                           (mobilenet_v2(batch=1, size=64), 50)])
 def test_built_in_models(model, calls):
     _check(model, calls)
+
+
+def test_a_flat_graph_runs_by_its_plan_each_chain_one_step():
+    mod = kiln.from_onnx(small_cnn(batch=1))
+    ex = GenericExecutor(mod, Target.host())
+    assert ex.plan is not None
+    chain_calls = sum(len(c.calls) - 1 for c in ex.chains.values())  # calls folded into their chain's last
+    nodes = sum(1 for e in post_order(mod.main.body) if isinstance(e, (Call, Tuple, TupleGetItem)))
+    assert len(ex.plan.steps) == nodes - chain_calls
+    assert all(ex.plan.dead[:-1]) or len(ex.plan.steps) == 1  # values dropped as soon as no step reads them
+    _check_executor(ex, mod, len(ex.chains))
