@@ -244,3 +244,21 @@ def test_a_flat_graph_runs_by_its_plan_each_chain_one_step():
     assert len(ex.plan.steps) == nodes - chain_calls
     assert all(ex.plan.dead[:-1]) or len(ex.plan.steps) == 1  # values dropped as soon as no step reads them
     _check_executor(ex, mod, len(ex.chains))
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_a_graph_with_control_flow_runs_on_the_interpreter(cond):
+    def branch(op: str, out: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["x"], [out])], out, [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, [3])])
+
+    nodes = [helper.make_node("Relu", ["x0"], ["x"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "t"), else_branch=branch("Neg", "e"))]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                           helper.make_tensor_value_info("x0", TensorProto.FLOAT, [3])],
+                              [_out("y", 1)])
+    mod = kiln.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    ex = GenericExecutor(mod, Target.host())
+    assert ex.plan is None
+    feeds = {"c": np.array(cond), "x0": np.array([-1.0, 0.5, 2.0], np.float32)}
+    np.testing.assert_array_equal(ex.run(feeds)[0], kiln.evaluate(mod, feeds)[0])
