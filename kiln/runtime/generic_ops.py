@@ -102,12 +102,15 @@ def _packed_weight(lib: ctypes.CDLL, call: Call, w: np.ndarray, group: int, cach
 
 def conv(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail = NO_TAIL) -> np.ndarray | None:
     x, w, b = (args + [None])[:3]
-    if not _f32(x, w) or x.ndim != 4 or (b is not None and not _f32(b)):
+    if not _f32(x, w) or x.ndim != 4 or w.ndim != 4 or (b is not None and not _f32(b)):
         return None
+    group = call.attrs.group
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group or (b is not None and b.shape != (w.shape[0],)):
+        return None  # the reference says what is wrong
     key = (id(call), "geometry", x.shape[2:], w.shape[2:])
     (oh, ow), geom = constant_derived(cache, key, lambda: _geometry(Window.of(call.attrs, w.shape[2:]), x.shape[2:]))
     n, c, h, wd = x.shape
-    m, group = w.shape[0], call.attrs.group
+    m = w.shape[0]
     y = np.empty((n, m, oh, ow), np.float32)
     res = _residual(tail, y.shape)
     if res is False:
@@ -147,6 +150,8 @@ def gemm(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail 
         return None
     attrs = call.attrs
     a, b = a.T if attrs.transA else a, b.T if attrs.transB else b
+    if a.shape[1] != b.shape[0]:
+        return None
     shape = (a.shape[0], b.shape[1])
     as_bias = c is not None and attrs.alpha == attrs.beta == 1.0 and c.ndim <= 2 and c.size == shape[1] and \
         c.shape[-1] == shape[1]
@@ -165,7 +170,7 @@ def gemm(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail 
 def mat_mul(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict, tail: Tail = NO_TAIL) -> np.ndarray | None:
     """A [..., M, K] @ B [..., K, N] (batch dims broadcast); a 2-d B makes one GEMM over all of A's rows."""
     a, b = args
-    if not _f32(a, b) or a.ndim < 2 or b.ndim < 2:
+    if not _f32(a, b) or a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2] or not _broadcasts(a, b, 2):
         return None
     if b.ndim == 2:
         rows = a.reshape(-1, a.shape[-1])
@@ -262,11 +267,28 @@ def add(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict) -> np.ndarra
     if not _f32(a, b):
         return None
     if a.shape != b.shape:
-        return _binary(np.add, a, b)
+        return _binary(np.add, a, b) if _broadcasts(a, b) else None
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     y = np.empty_like(a)
     lib.kiln_add(a.size, _ptr(a), _ptr(b), _ptr(y))
     return y
+
+
+def _broadcasts(a: np.ndarray, b: np.ndarray, matrix_dims: int = 0) -> bool:
+    """Whether a's and b's shapes (less their last matrix_dims) broadcast together."""
+    try:
+        np.broadcast_shapes(a.shape[:a.ndim - matrix_dims], b.shape[:b.ndim - matrix_dims])
+    except ValueError:
+        return False
+    return True
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `shape` broadcasts to `target` without growing it."""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
 
 
 def _binary(fn: Callable, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -278,7 +300,7 @@ def _binary(fn: Callable, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _numpy_binary(fn: Callable) -> Handler:
     def run(lib: ctypes.CDLL, call: Call, args: list[Any], cache: dict) -> np.ndarray | None:
         a, b = args
-        return _binary(fn, a, b) if _f32(a, b) else None
+        return _binary(fn, a, b) if _f32(a, b) and _broadcasts(a, b) else None
 
     return run
 
@@ -316,7 +338,7 @@ def layer_normalization(lib: ctypes.CDLL, call: Call, args: list[Any], cache: di
     axis = call.attrs.axis % x.ndim
     trailing = x.shape[axis:]
     n = math.prod(trailing)
-    if n == 0:
+    if n == 0 or not all(_broadcasts_to(p.shape, trailing) for p in (scale, b) if p is not None):
         return None
     scale = np.ascontiguousarray(np.broadcast_to(scale, trailing), np.float32)
     shift = None if b is None else np.ascontiguousarray(np.broadcast_to(b, trailing), np.float32)

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
+from kiln.errors import KilnError
 from kiln.ir.expr import Call, Tuple, TupleGetItem
 from kiln.ir.visitor import post_order
 from kiln.models import mlp, mobilenet_v2, small_cnn
@@ -262,3 +263,15 @@ def test_a_graph_with_control_flow_runs_on_the_interpreter(cond):
     assert ex.plan is None
     feeds = {"c": np.array(cond), "x0": np.array([-1.0, 0.5, 2.0], np.float32)}
     np.testing.assert_array_equal(ex.run(feeds)[0], kiln.evaluate(mod, feeds)[0])
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Add", "Mul"])
+def test_shapes_that_do_not_fit_get_the_references_error(op):
+    f = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node(op, ["x", "y"], ["z"])], "t",
+                              [helper.make_tensor_value_info("x", f, [2, "a"]),
+                               helper.make_tensor_value_info("y", f, ["b", 3])], [_out("z", 2)])
+    mod = kiln.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    feeds = {"x": np.ones((2, 4), np.float32), "y": np.ones((5, 3), np.float32)}
+    with pytest.raises(KilnError):
+        GenericExecutor(mod, Target.host()).run(feeds)
