@@ -15,6 +15,7 @@ is checked against ONNX Runtime's (max abs difference in the table). Wall times:
 quiet machine.
 
     .venv/bin/python scripts/cold_start.py mlp resnet18 [--runs 20] [--batch 1] [--threads 2] [--json out.json]
+    .venv/bin/python scripts/cold_start.py --ratio-only    # only `alternate`, every model: no compile
 """
 
 from __future__ import annotations
