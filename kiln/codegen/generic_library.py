@@ -18,7 +18,7 @@ from kiln.errors import KilnError
 from kiln.target import Target
 
 SOURCE = Path(__file__).with_name("generic") / "kiln_generic.c"
-ABI = 4  # KILN_GENERIC_ABI of kiln_generic.c
+ABI = 5  # KILN_GENERIC_ABI of kiln_generic.c
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}  # NOTE: per process: a library loaded once serves every session
@@ -85,7 +85,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                        ("kiln_pack_a", [i64, i64, i64, ptr, ptr]),
                        ("kiln_pool2d", [i64, i64, i64, ptr, i32, ptr, ptr]),
                        ("kiln_plane_mean", [i64, i64, ptr, ptr]),
-                       ("kiln_channel_affine", [i64, i64, i64, ptr, ptr, ptr, f32, f32, ptr]),
+                       ("kiln_channel_affine", [i64, i64, i64, ptr, ptr, ptr, ptr]),
                        ("kiln_clamp", [i64, ptr, f32, f32, ptr]),
                        ("kiln_add", [i64, ptr, ptr, ptr]),
                        ("kiln_erf", [i64, ptr, ptr]),

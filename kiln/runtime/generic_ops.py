@@ -234,8 +234,7 @@ def batch_normalization(lib: ctypes.CDLL, call: Call, args: list[Any], cache: di
     mul, add_ = (v.astype(np.float32) for v in affine)
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
-    lib.kiln_channel_affine(x.shape[0], x.shape[1], x[0, 0].size, _ptr(x), _ptr(mul), _ptr(add_), -math.inf,
-                            math.inf, _ptr(y))
+    lib.kiln_channel_affine(x.shape[0], x.shape[1], x[0, 0].size, _ptr(x), _ptr(mul), _ptr(add_), _ptr(y))
     return y
 
 

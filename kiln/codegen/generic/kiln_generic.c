@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KILN_GENERIC_ABI 4
+#define KILN_GENERIC_ABI 5
 #define MR 6            /* rows of C one tile keeps in registers */
 #define NR 16           /* columns of C one tile keeps in registers (two 8-float vectors) */
 #define KC 256          /* depth of one packed block: an NR-column sliver of B (16 KiB) stays in L1 */
@@ -471,19 +471,14 @@ void kiln_plane_mean(i64 planes, i64 size, const float *x, float *y) {
   }
 }
 
-/* y = clamp(x * scale[c] + shift[c], lo, hi) over x[N, C, size] (inference batch norm, and its ReLU) */
-void kiln_channel_affine(i64 N, i64 C, i64 size, const float *x, const float *scale, const float *shift, float lo,
-                         float hi, float *y) {
+/* y = x * scale[c] + shift[c] over x[N, C, size] (inference batch norm where no conv precedes it) */
+void kiln_channel_affine(i64 N, i64 C, i64 size, const float *x, const float *scale, const float *shift, float *y) {
 #pragma omp parallel for schedule(static) if (N * C * size > PAR_WORK)
   for (i64 nc = 0; nc < N * C; nc++) {
     float a = scale[nc % C], b = shift[nc % C];
     const float *in = x + nc * size;
     float *out = y + nc * size;
-    for (i64 i = 0; i < size; i++) {
-      float v = in[i] * a + b;
-      v = v < lo ? lo : v;
-      out[i] = v > hi ? hi : v;
-    }
+    for (i64 i = 0; i < size; i++) out[i] = in[i] * a + b;
   }
 }
 
