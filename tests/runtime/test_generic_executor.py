@@ -85,6 +85,7 @@ def test_depthwise_conv(x_shape, k, attrs):
     (300, 7, 1, (5, 7), {}),  # a 1x1 conv deeper than one block
     (4, 6, 2, (1, 1), {"pads": [1, 1, 0, 0]}),
     (9, 4, 1, (5, 70), {}),  # fewer output channels than a tile: B streamed row by row, two column blocks
+    (3, 8, 3, (9, 70), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # stride-2 rows of whole slivers
 ])
 def test_conv_shapes(cin, cout, k, size, attrs):
     _check(_model(lambda g, x: _conv(g, x, cin, cout, k, "c", **attrs), (2, cin, *size)), 1)

@@ -84,18 +84,23 @@ static void pack_a(const Gemm *g, i64 i, i64 m, i64 p, i64 kc, float *restrict d
 }
 
 /* the image's columns [j, j+n) over depth [p, p+kc) as one NR-column sliver (zero-padded): the taps walked
- * in order without dividing, a sliver inside one output row copied whole when its taps are all in the image */
+ * in order without dividing, a sliver inside one output row read with no test when its taps are all in the
+ * image */
 static void pack_b_image(const Image *im, i64 p, i64 kc, i64 j, i64 n, float *restrict dst) {
   const i64 *g = im->geom;
   i64 KH = g[0], KW = g[1], OW = g[3], sh = g[4], sw = g[5], ph = g[6], pw = g[7], dh = g[8], dw = g[9];
   i64 H = im->H, W = im->W, c = p / (KH * KW), kh = p / KW % KH, kw = p % KW, oh0 = j / OW, ow0 = j % OW;
-  int one_row = n == NR && ow0 + NR <= OW && sw == 1;
+  int one_row = n == NR && ow0 + NR <= OW;
   for (i64 k = 0; k < kc; k++) {
     const float *plane = im->x + c * H * W;
     float *d = dst + k * NR;
-    i64 ih = oh0 * sh - ph + kh * dh, iw = ow0 - pw + kw * dw;
-    if (one_row && ih >= 0 && ih < H && iw >= 0 && iw + NR <= W) {
-      memcpy(d, plane + ih * W + iw, NR * sizeof(float));
+    i64 ih = oh0 * sh - ph + kh * dh, iw = ow0 * sw - pw + kw * dw;
+    if (one_row && ih >= 0 && ih < H && iw >= 0 && iw + (NR - 1) * sw < W) {
+      const float *src = plane + ih * W + iw;
+      if (sw == 1)
+        memcpy(d, src, NR * sizeof(float));
+      else
+        for (i64 q = 0; q < NR; q++) d[q] = src[q * sw];
     } else {
       i64 oh = oh0, ow = ow0;
       for (i64 q = 0; q < NR; q++) {
