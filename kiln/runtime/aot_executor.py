@@ -69,7 +69,7 @@ class AotExecutor:
     def __init__(self, mod: IRModule, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]],
                  arena_bytes: int, library: Any, report: MemoryReport, calls: tuple[str, ...] = ()):
         self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
-        self._params = [(p.name, p.type) for p in mod.main.params]
+        self._params = [(p.name, p.type) for p in mod.input_vars]
         self._outputs = outputs
         for i, (shape, dtype) in enumerate(outputs):  # allocated on every run: checked once, here
             check_alloc(f"output {i} of the model", shape, dtype)

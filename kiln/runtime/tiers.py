@@ -13,10 +13,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kiln.runtime.generic_executor import GenericExecutor
 from kiln.runtime.model import Model
+
+if TYPE_CHECKING:
+    from kiln.runtime.generic_executor import GenericExecutor
 
 GENERIC, SPECIALIZED, FAILED = "generic", "specialized", "failed"
 
