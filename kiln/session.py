@@ -41,7 +41,7 @@ from kiln.ir.module import IRModule
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import check_strategy
 from kiln.runtime.async_runs import RunQueue
-from kiln.runtime.model import Model, TensorInfo, interface
+from kiln.runtime.model import Model, TensorInfo
 from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.runtime.tiers import SPECIALIZED, Tiers, TierStatus
@@ -100,7 +100,7 @@ class InferenceSession:
         self.memory_limit = memory_limit
         if self._model is not None:
             _check_strategy(self._model, memory_strategy)
-        target = self._model.target if self._model is not None else self._tiers.generic.target
+        target = self._model.target if self._model is not None else self._tiers.target
         self.threads = threads or default_threads(target)
         self.partition: Partition | None = None
         self._set_threads = None
@@ -123,9 +123,10 @@ class InferenceSession:
 
     @property
     def module(self) -> IRModule:
-        """The graph the session's inputs and outputs are read from: a tiered session's imported one (its
-        build may still run), else the model's."""
-        return self._tiers.generic.mod if self._tiers is not None else self._model.mod
+        """The graph the session's inputs and outputs are read from: a tiered session's imported one while its
+        build runs (the generic tier is let go once the model runs), else the model's."""
+        generic = self._tiers.generic if self._tiers is not None else None
+        return generic.mod if generic is not None else self.model.mod
 
     @property
     def status(self) -> TierStatus:
@@ -231,7 +232,7 @@ def _described(model: Model | None, tiers: Tiers | None) -> tuple[list[TensorInf
     """(inputs, outputs) of the model, or of the imported graph a tiered session runs first."""
     if model is not None:
         return model.inputs, model.outputs
-    return interface(tiers.generic.mod)
+    return tiers.inputs, tiers.outputs
 
 
 def _check_strategy(model: Model, strategy: str | None) -> None:
