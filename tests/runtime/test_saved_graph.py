@@ -92,3 +92,14 @@ def test_a_bad_graph_behind_a_good_digest_fails_when_read(exported):
     model = kiln.load(exported).model
     with pytest.raises(ArtifactError, match="model.json: the graph does not parse"):
         model.export(exported.parent / "again")
+
+
+def test_kiln_run_on_an_aot_directory_parses_no_graph(exported):
+    code = ("import json, sys\nfrom kiln.cli import main\nassert main(['run', sys.argv[1]]) == 0\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code, str(exported)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert [m for m in loaded if m.startswith("kiln.op") or m in ("kiln.ir.parser", "kiln.runtime.executor")] == []
