@@ -27,14 +27,9 @@ import numpy as np
 
 from kiln.codegen import loader, pool_library
 from kiln.codegen.compiler import FLAGS
-from kiln.codegen.func_info import FuncInfo
-from kiln.codegen.kernel import Kernel
-from kiln.codegen.kernel_signature import decode_signature, encode_params
-from kiln.codegen.module import CFunction
 from kiln.errors import ArtifactError, KilnError
 from kiln.ir.expr import Function, Tuple
 from kiln.ir.module import IRModule
-from kiln.ir.printer import text_with_params
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.counted_executor import CountedExecutor, CountedProgram
 from kiln.runtime.dataflow_executor import DataflowExecutor, DataflowSchedule
@@ -45,6 +40,8 @@ from kiln.target import Target
 from kiln.version import __version__
 
 if TYPE_CHECKING:
+    from kiln.codegen.kernel import Kernel
+    from kiln.codegen.module import CFunction
     from kiln.runtime.executor import BoundKernel, GraphExecutor
 
 FORMAT = "kiln-compiled-model"
@@ -77,7 +74,9 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
     renamed into place only when complete, so no failure leaves a partial model behind. With `aot`
     (the library then holds its entry function), the AOT executor's weights, outputs and arena size
     are saved too, so the loaded model runs through `kiln_model_run` again."""
+    from kiln.ir.printer import text_with_params
     from kiln.runtime.executor import primitive_functions
+
     dest = Path(directory).resolve()
     if dest.exists() and not (dest / GRAPH).is_file() and (not dest.is_dir() or any(dest.iterdir())):
         raise ArtifactError(f"{dest} exists and is not a compiled Kiln model; refusing to overwrite it")
@@ -121,6 +120,8 @@ def _weight_key(a: np.ndarray, name: str, by_id: dict[int, str], weights: dict[s
 
 
 def _kernel_records(cm: GraphExecutor, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> list:
+    from kiln.codegen.kernel_signature import encode_params
+
     seen: dict[int, dict] = {}
     for ck in cm.kernels.values():
         k = ck.kernel
@@ -271,9 +272,18 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
         saved.executor()
         return saved, None, meta
     symbols = {r.get("name"): r for r in meta["kernels"] if isinstance(r, dict)}
-    aot = _load_aot(saved, meta["aot"], weights, d, lib, lambda name: CFunction(
-        FuncInfo(decode_signature(name, symbols[name]["params"]), symbols[name]["symbol"], ""), lib.lib))
+    aot = _load_aot(saved, meta["aot"], weights, d, lib, lambda name: _function(lib, symbols[name]))
     return saved, aot, meta
+
+
+def _function(lib: LoadedLibrary, record: dict[str, Any]) -> CFunction:
+    """One kernel of the library, called on its own (a counted model's runs, the graph executor's groups).
+    Its calling convention is a tir signature: tir is imported here, not for an AOT model's one entry."""
+    from kiln.codegen.func_info import FuncInfo
+    from kiln.codegen.kernel_signature import decode_signature
+    from kiln.codegen.module import CFunction
+
+    return CFunction(FuncInfo(decode_signature(record["name"], record["params"]), record["symbol"], ""), lib.lib)
 
 
 def _saved_graph(meta: dict[str, Any], parse: Callable[[], GraphExecutor]) -> SavedGraph:
@@ -293,6 +303,8 @@ def _graph_executor(meta: dict[str, Any], weights: dict[str, np.ndarray], d: Pat
     """The executor state of the saved graph: parsed (the operator records imported first) and each fused group
     bound to its kernel in the library."""
     import kiln.op  # noqa: F401  (fills the operator table that parsing the saved graph reads)
+    from kiln.codegen.func_info import FuncInfo
+    from kiln.codegen.module import CFunction
     from kiln.ir.parser import parse
     from kiln.runtime.executor import primitive_functions
 
@@ -334,6 +346,9 @@ class LoadedLibrary:
 
 
 def _kernel(record: dict[str, Any], weights: dict[str, np.ndarray]) -> Kernel:
+    from kiln.codegen.kernel import Kernel
+    from kiln.codegen.kernel_signature import decode_signature
+
     func = decode_signature(record["name"], record["params"])
     return Kernel(func, [weights[c] for c in record["constants"]], record["num_params"], [], func.params)
 
@@ -342,5 +357,7 @@ def _with_outputs(k: Kernel, fn: Function) -> Kernel:
     """Output types come from the group, as lower_primitive derives them."""
     if k.output_types:
         return k
+    from kiln.codegen.kernel import Kernel
+
     types = list(fn.body.type.fields) if isinstance(fn.body, Tuple) else [fn.body.type]
     return Kernel(k.func, k.constants, k.num_params, types, k.signature)

@@ -52,7 +52,7 @@ def test_a_fresh_load_and_run_imports_no_operator_record_parser_or_type_inferenc
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     graph_side = {"kiln.op", "kiln.op.registry", "kiln.op.typerel", "kiln.op.interpreter", "kiln.ir.parser",
-                  "kiln.runtime.executor"}
+                  "kiln.runtime.executor", "kiln.tir"}
     assert sorted(loaded & graph_side) == []
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), built.run({"image": _image()})[0])
 
