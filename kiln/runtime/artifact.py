@@ -56,6 +56,7 @@ def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
     `compile_specialized`: the compiler's, for groups that get a kernel at run time (else they run on the host)."""
     from kiln.codegen.kernel_binding import size_bindings
     from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions  # imports every operator
+
     compiled: dict[int, BoundKernel] = {}
     by_kernel: dict[int, BoundKernel] = {}
     for fn in primitive_functions(fused):
@@ -271,14 +272,15 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
     if "aot" not in meta or lib is None:
         saved.executor()
         return saved, None, meta
-    symbols = {r.get("name"): r for r in meta["kernels"] if isinstance(r, dict)}
+    records = meta.get("kernels") if isinstance(meta.get("kernels"), list) else []
+    symbols = {r.get("name"): r for r in records if isinstance(r, dict)}
     aot = _load_aot(saved, meta["aot"], weights, d, lib, lambda name: _function(lib, symbols[name]))
     return saved, aot, meta
 
 
 def _function(lib: LoadedLibrary, record: dict[str, Any]) -> CFunction:
-    """One kernel of the library, called on its own (a counted model's runs, the graph executor's groups).
-    Its calling convention is a tir signature: tir is imported here, not for an AOT model's one entry."""
+    """One kernel of the library, called on its own (a counted model's runs). Its calling convention is a tir
+    signature: tir is imported here, not for an AOT model's one entry."""
     from kiln.codegen.func_info import FuncInfo
     from kiln.codegen.kernel_signature import decode_signature
     from kiln.codegen.module import CFunction
