@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,7 +116,7 @@ def _graph(buf: memoryview, start: int, end: int, spans: dict[str, tuple[int, in
 def _tensor(buf: memoryview, start: int, end: int, spans: dict[str, tuple[int, int]]) -> bytes:
     """The tensor's bytes with an empty raw_data when it is plain and embedded (its span recorded), else unchanged."""
     parts = list(_fields(buf, start, end))
-    values = {f: (vs, fe) for f, w, _, vs, fe in parts}
+    values = {f: (vs, fe) for f, _, _, vs, fe in parts}
     data_type = _varint(buf, values[_DATA_TYPE][0])[0] if _DATA_TYPE in values else 0
     external = _DATA_LOCATION in values and _varint(buf, values[_DATA_LOCATION][0])[0] != 0
     if data_type not in _PLAIN or external or _RAW_DATA not in values or _NAME not in values:
@@ -125,10 +126,10 @@ def _tensor(buf: memoryview, start: int, end: int, spans: dict[str, tuple[int, i
         return bytes(buf[start:end])
     raw = values[_RAW_DATA]
     spans[name] = (raw[0], raw[1] - raw[0])
-    return b"".join(_length_field(f, b"") if f == _RAW_DATA else bytes(buf[s:e]) for f, w, s, _, e in parts)
+    return b"".join(_length_field(f, b"") if f == _RAW_DATA else bytes(buf[s:e]) for f, _, s, _, e in parts)
 
 
-def _fields(buf: memoryview, start: int, end: int):
+def _fields(buf: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, field start, value start, field end) of each field in buf[start:end]."""
     pos = start
     while pos < end:
