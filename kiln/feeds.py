@@ -22,7 +22,7 @@ def random_feeds(mod, given: dict[str, np.ndarray], dims: dict[str, int], seed: 
     """Random inputs of the declared shapes for inputs not given; symbolic dims come from `dims`."""
     rng = np.random.default_rng(seed)
     feeds = dict(given)
-    for p in mod.main.params:
+    for p in mod.input_vars:
         if p.name in feeds:
             continue
         t = p.type

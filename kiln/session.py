@@ -25,7 +25,6 @@ an AOT model has an arena of its own, so runs of one model, and of different mod
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import os
 import weakref
@@ -33,21 +32,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kiln.codegen import generic_library, openmp_env
+from kiln.codegen import openmp_env
 from kiln.errors import InputError, KilnError
 from kiln.ir import sizes
 from kiln.ir.module import IRModule
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import check_strategy
 from kiln.runtime.async_runs import RunQueue
-from kiln.runtime.generic_executor import GenericExecutor
-from kiln.runtime.model import Model, TensorInfo, interface
+from kiln.runtime.model import Model, TensorInfo
 from kiln.runtime.run_handle import PreemptibleRun
 from kiln.runtime.thread_pool import Partition, running, runtime
 from kiln.runtime.tiers import SPECIALIZED, Tiers, TierStatus
 from kiln.target import Target, host_cores
+
+if TYPE_CHECKING:
+    from kiln.runtime.generic_executor import GenericExecutor
 
 # onnxruntime's spelling of tensor element types
 _ORT_TYPES = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16",
@@ -99,7 +100,7 @@ class InferenceSession:
         self.memory_limit = memory_limit
         if self._model is not None:
             _check_strategy(self._model, memory_strategy)
-        target = self._model.target if self._model is not None else self._tiers.generic.target
+        target = self._model.target if self._model is not None else self._tiers.target
         self.threads = threads or default_threads(target)
         self.partition: Partition | None = None
         self._set_threads = None
@@ -122,9 +123,10 @@ class InferenceSession:
 
     @property
     def module(self) -> IRModule:
-        """The graph the session's inputs and outputs are read from: a tiered session's imported one (its
-        build may still run), else the model's."""
-        return self._tiers.generic.mod if self._tiers is not None else self._model.mod
+        """The graph the session's inputs and outputs are read from: a tiered session's imported one while its
+        build runs (the generic tier is let go once the model runs), else the model's."""
+        generic = self._tiers.generic if self._tiers is not None else None
+        return generic.mod if generic is not None else self.model.mod
 
     @property
     def status(self) -> TierStatus:
@@ -191,6 +193,7 @@ class InferenceSession:
     async def run_asyncio(self, output_names: Sequence[str] | None, feeds: dict[str, Any],
                           run_options: Any = None) -> list:
         """`run_async` awaited from asyncio: the event loop keeps running while the model does."""
+        import asyncio  # only here: a process that never awaits a run need not import it
         return await asyncio.wrap_future(self.run_async(output_names, feeds, run_options))
 
     def export(self, directory: str | os.PathLike) -> Path:
@@ -202,7 +205,9 @@ def _tiered(model: Any, opt_level: int, memory_limit: int | None, memory_strateg
     """Import the ONNX model and run it on the generic tier, its specialized build started on a background
     thread. gcc builds the generic kernels (where the cache lacks them) while the importer loads: the
     longest steps before a first result overlap."""
+    from kiln.codegen import generic_library
     from kiln.frontend.onnx import from_onnx  # the importer, only for a session that imports
+    from kiln.runtime.generic_executor import GenericExecutor
 
     target = Target.host()
     generic_library.prefetch(target)
@@ -227,7 +232,7 @@ def _described(model: Model | None, tiers: Tiers | None) -> tuple[list[TensorInf
     """(inputs, outputs) of the model, or of the imported graph a tiered session runs first."""
     if model is not None:
         return model.inputs, model.outputs
-    return interface(tiers.generic.mod)
+    return tiers.inputs, tiers.outputs
 
 
 def _check_strategy(model: Model, strategy: str | None) -> None:
@@ -251,12 +256,13 @@ def default_threads(target: Target) -> int | None:
 def _load_model(directory: str | os.PathLike, verify_weights: bool = True) -> Model:
     from kiln.runtime.dataflow_executor import DataflowExecutor
 
-    cm, aot, meta = artifact.load(directory, _compile_specialized, verify_weights)
+    saved, aot, meta = artifact.load(directory, _compile_specialized, verify_weights)
     target = artifact.artifact_target(meta, directory)
     weights = meta.get("weights_bytes")
-    if aot is not None:
+    if aot is not None:  # its graph (the kernel-by-kernel view export writes) is parsed when first read
         kind = "dataflow" if isinstance(aot, DataflowExecutor) else "aot"
-        return Model(cm.mod, kind, aot, meta.get("opt_level", 2), target=target, graph=cm, weights_bytes=weights)
+        return Model(saved, kind, aot, meta.get("opt_level", 2), target=target, weights_bytes=weights)
+    cm = saved.executor()
     return Model(cm.mod, "graph", cm, meta.get("opt_level", 2), target=target, weights_bytes=weights)
 
 

@@ -10,7 +10,7 @@
     verify_weights=False, which is what the crc32 check costs.
     Goals: load + first run <= 0.3 s, RSS after load <= weights + arena + 40 MB, no added weight pages.
 
-    PYTHONPATH=$PWD python scripts/footprint_bench.py                       # resnet50, bert, mobilenet_v2
+    PYTHONPATH=$PWD python scripts/footprint_bench.py       # resnet18, resnet50, bert, mobilenet_v2, mlp
     PYTHONPATH=$PWD python scripts/footprint_bench.py --models mlp --artifact mlp --runs 5   # a quick check
 """
 
@@ -42,7 +42,8 @@ def _process_memory():
 def _model(name: str):
     from kiln import models
 
-    makers = {"resnet50": lambda: models.resnet50(batch=1), "bert": lambda: models.bert(batch=1),
+    makers = {"resnet50": lambda: models.resnet50(batch=1), "resnet18": lambda: models.resnet18(batch=1),
+              "bert": lambda: models.bert(batch=1),
               "mobilenet_v2": lambda: models.mobilenet_v2(batch=1), "mlp": lambda: models.mlp(batch=1),
               "small_cnn": lambda: models.small_cnn(batch=1)}
     if name not in makers:
@@ -176,7 +177,8 @@ def main(argv: list[str]) -> None:
         print(json.dumps(result))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="resnet50,bert,mobilenet_v2", help="comma-separated (also mlp, small_cnn)")
+    p.add_argument("--models", default="resnet18,resnet50,bert,mobilenet_v2,mlp",
+                   help="comma-separated (also small_cnn)")
     p.add_argument("--runs", type=int, default=45)
     p.add_argument("--artifact", default="resnet50", help="the model whose compiled artifact (b) loads")
     args = p.parse_args(argv)

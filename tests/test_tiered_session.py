@@ -4,7 +4,9 @@ included, and a failed build leaves the session on the generic tier with the err
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -117,3 +119,20 @@ def test_a_loaded_model_is_specialized_from_the_start(tmp_path):
     directory = kiln.build(mlp(batch=1)).export(tmp_path / "m")
     status = kiln.load(directory).status
     assert status.tier == "specialized" and "compiled before this session" in str(status)
+
+
+def test_the_generic_tier_and_its_weights_are_let_go_once_the_model_runs(gated_build):
+    """Issue 35: the imported weights the generic tier runs on would stay beside the model's packed copy."""
+    model = mlp(batch=1)
+    sess = kiln.InferenceSession(model)
+    assert sess.module is sess._tiers.generic.mod  # the imported graph while the build runs
+    generic = weakref.ref(sess._tiers.generic)
+    gated_build.set()
+    sess.wait_for_compile(timeout=300)
+    gc.collect()
+    assert sess._tiers.generic is None and generic() is None
+    assert sess.module is sess.model.mod
+    assert [i.name for i in sess.get_inputs()] == ["input"] and sess.get_outputs()[0].name == "fc2"
+    feeds = _feeds(4, (1, 784), "input")
+    np.testing.assert_allclose(sess.run(None, feeds)[0], kiln.evaluate(kiln.from_onnx(model), feeds)[0],
+                               rtol=1e-4, atol=1e-5)

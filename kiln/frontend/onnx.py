@@ -18,6 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from kiln.errors import ImportError_, KilnError, ModelLoadError, UnsupportedOpError
+from kiln.frontend.weights_by_offset import FileWeights, for_checker, parse_leaving_weights
 from kiln.ir import dtype as _dt
 from kiln.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var, absent
 from kiln.ir.module import IRModule
@@ -202,7 +203,8 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
 class Context:
     """Conversion state: opsets, model-local functions and a stack of name scopes."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, file_weights: FileWeights | None = None):
+        self.file_weights = file_weights  # the main graph's initializers left in the file (weights_by_offset)
         self.opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
         self.scopes: list[dict[str, Expr]] = []
         self.model = model
@@ -218,7 +220,7 @@ class Context:
     def convert_nodes(self, graph: onnx.GraphProto) -> None:
         scope = self.scopes[-1]
         for t in graph.initializer:
-            scope[t.name] = Constant(tensor_value(t))
+            scope[t.name] = Constant(self.initializer_value(t))
         for i, n in enumerate(graph.node):
             name = n.name or f"{n.op_type}_{i}" + (f"({n.output[0]})" if n.output else "")
             ins = [None if not x else self.lookup(x, name) for x in n.input]
@@ -243,6 +245,12 @@ class Context:
             if missing:
                 raise ImportError_(f"node '{name}' ({n.op_type}): output(s) {', '.join(missing)} "
                                    f"are not produced by Kiln's converter")
+
+    def initializer_value(self, t: onnx.TensorProto) -> np.ndarray:
+        """An initializer's array: read from the file when the main graph's proto left its bytes there."""
+        if self.file_weights is not None and len(self.scopes) == 1 and t.name in self.file_weights.spans:
+            return self.file_weights.read(t)
+        return tensor_value(t)
 
     def inline_function(self, fn: onnx.FunctionProto, node: Node) -> list[Expr]:
         """Expand a call of a model-local function: its body, with attribute references resolved."""
@@ -326,12 +334,19 @@ def _unsupported(model: onnx.ModelProto, opsets: dict[str, int]) -> list[tuple[s
 
 def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
     """Read and check a model; every failure is a ModelLoadError naming the file."""
+    return _load(path_or_model, leave_weights=False)[0]
+
+
+def _load(path_or_model: str | os.PathLike | bytes | onnx.ModelProto,
+          leave_weights: bool) -> tuple[onnx.ModelProto, FileWeights | None]:
+    """load_model; with `leave_weights`, a file's main-graph weights stay in the file where its bytes walk as
+    protobuf (kiln.frontend.weights_by_offset), so the proto and the importer's arrays never both hold them."""
     # what the checker reads: a path or bytes it parses in C++; a ModelProto it serializes first (resnet50's
     # 100 MB: 150 ms, twice the checking itself), so a model read from a file is checked from the file
     if isinstance(path_or_model, onnx.ModelProto):
         _nonempty(path_or_model, "model")
         _check(path_or_model, "model")
-        return path_or_model
+        return path_or_model, None
     if isinstance(path_or_model, bytes):
         where = "model bytes"
     else:
@@ -341,6 +356,11 @@ def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> on
         if os.path.isdir(where):
             raise ModelLoadError(f"{where}: is a directory, expected an .onnx file")
     source = path_or_model if isinstance(path_or_model, bytes) else where
+    left = parse_leaving_weights(where) if leave_weights and not isinstance(source, bytes) else None
+    if left is not None:  # checked as a proto: without its weights, the checker's copy of it is small
+        _nonempty(left[0], where)
+        _check(for_checker(*left), where)
+        return left
     # NOTE: checked before it is parsed here, so the checker's parsed copy of the weights and this process's
     # never coexist: a file's peak while loading is two copies of its weights, not three (MiniLM: 318 -> 237 MB)
     try:
@@ -350,7 +370,7 @@ def load_model(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> on
         raise
     model = _parse(source, where)
     _nonempty(model, where)
-    return model
+    return model, None
 
 
 def _parse(source: str | bytes, where: str) -> onnx.ModelProto:
@@ -379,8 +399,8 @@ def from_onnx(path_or_model: str | os.PathLike | bytes | onnx.ModelProto) -> IRM
     """Import an ONNX model (path, bytes or ModelProto) as an IRModule; weights become Constants."""
     import kiln.frontend.onnx_ops  # noqa: F401  (registers every converter)
 
-    model = load_model(path_or_model)
-    ctx = Context(model)
+    model, file_weights = _load(path_or_model, leave_weights=True)
+    ctx = Context(model, file_weights)
     bad = _unsupported(model, ctx.opsets)
     if bad:
         raise UnsupportedOpError(bad)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kiln.ir.expr import Function, GlobalVar
+from kiln.ir.expr import Function, GlobalVar, Var
+from kiln.ir.types import TupleType, Type
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,7 +30,18 @@ class IRModule:
 
     @property
     def input_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.main.params)
+        return tuple(p.name for p in self.input_vars)
+
+    @property
+    def input_vars(self) -> tuple[Var, ...]:
+        """The model's inputs: main's parameters (a saved model knows them without its graph)."""
+        return self.main.params
+
+    @property
+    def output_types(self) -> tuple[Type, ...]:
+        """The type of each of the model's outputs (main returns a tuple of them, or one)."""
+        t = self.main.body.type
+        return tuple(t.fields) if isinstance(t, TupleType) else (t,)
 
     def __repr__(self) -> str:
         from kiln.ir.printer import text

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from kiln.codegen.aot_abi import ENTRY, FAILED_CALL, PROFILE_ENTRY, RUN_FROM_ENTRY
-from kiln.codegen.module import kernel_error_text
 from kiln.errors import ArtifactError, InputError, KernelError, KilnError
 from kiln.ir.aligned import aligned
 from kiln.ir.dtype import to_numpy
@@ -69,7 +68,7 @@ class AotExecutor:
     def __init__(self, mod: IRModule, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]],
                  arena_bytes: int, library: Any, report: MemoryReport, calls: tuple[str, ...] = ()):
         self.mod, self.library, self.arena_bytes = mod, library, arena_bytes
-        self._params = [(p.name, p.type) for p in mod.main.params]
+        self._params = [(p.name, p.type) for p in mod.input_vars]
         self._outputs = outputs
         for i, (shape, dtype) in enumerate(outputs):  # allocated on every run: checked once, here
             check_alloc(f"output {i} of the model", shape, dtype)
@@ -144,6 +143,8 @@ class AotExecutor:
         where = f"kernel {self._report.order[k]}" if 0 <= k < len(self._report.order) else ENTRY
         if 0 <= k < len(self.calls):
             where += f" ({self.calls[k]})"
+        from kiln.codegen.module import kernel_error_text  # with tir: only a failed run needs it
+
         return KernelError(f"{where} failed: {kernel_error_text(rc)}")
 
     def _inputs(self, feeds: dict[str, Any]) -> list[np.ndarray]:

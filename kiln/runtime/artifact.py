@@ -21,40 +21,42 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import kiln.op  # noqa: F401  (fills the operator table that parsing the saved graph reads)
 from kiln.codegen import loader, pool_library
 from kiln.codegen.compiler import FLAGS
-from kiln.codegen.func_info import FuncInfo
-from kiln.codegen.kernel import Kernel
-from kiln.codegen.kernel_binding import size_bindings
-from kiln.codegen.kernel_signature import decode_signature, encode_params
-from kiln.codegen.module import CFunction
 from kiln.errors import ArtifactError, KilnError
 from kiln.ir.expr import Function, Tuple
 from kiln.ir.module import IRModule
-from kiln.ir.parser import parse
-from kiln.ir.printer import text_with_params
 from kiln.runtime.aot_executor import AotExecutor, MemoryReport
 from kiln.runtime.counted_executor import CountedExecutor, CountedProgram
 from kiln.runtime.dataflow_executor import DataflowExecutor, DataflowSchedule
-from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions
+from kiln.runtime.saved_graph import SavedGraph, saved_interface
 from kiln.runtime.specialize import CompileSpecialized
 from kiln.runtime.weights_file import read_weights, write_weights
 from kiln.target import Target
 from kiln.version import __version__
 
+if TYPE_CHECKING:
+    from kiln.codegen.kernel import Kernel
+    from kiln.codegen.module import CFunction
+    from kiln.runtime.executor import BoundKernel, GraphExecutor
+
 FORMAT = "kiln-compiled-model"
-FORMAT_VERSION = 3  # 2: the target string replaces the list of CPU features; 3: weights.bin replaces weights.npz
+# 2: the target string replaces the list of CPU features; 3: weights.bin replaces weights.npz; 4: the graph text's
+# sha256 (an AOT model is loaded without parsing its graph, so a damaged graph is caught by the digest)
+FORMAT_VERSION = 4
 LIBRARY, GRAPH, WEIGHTS, POOL_LIBRARY = "model.so", "model.json", "weights.bin", "kiln_pool.so"
 def assemble(fused: IRModule, kernel_of: dict[int, Kernel], host: list[str],
              function: Callable[[Kernel], CFunction], library: Any,
              compile_specialized: CompileSpecialized | None = None) -> GraphExecutor:
     """The executor state: each Primitive function that has a kernel gets its callable.
     `compile_specialized`: the compiler's, for groups that get a kernel at run time (else they run on the host)."""
+    from kiln.codegen.kernel_binding import size_bindings
+    from kiln.runtime.executor import BoundKernel, GraphExecutor, primitive_functions  # imports every operator
+
     compiled: dict[int, BoundKernel] = {}
     by_kernel: dict[int, BoundKernel] = {}
     for fn in primitive_functions(fused):
@@ -73,6 +75,9 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
     renamed into place only when complete, so no failure leaves a partial model behind. With `aot`
     (the library then holds its entry function), the AOT executor's weights, outputs and arena size
     are saved too, so the loaded model runs through `kiln_model_run` again."""
+    from kiln.ir.printer import text_with_params
+    from kiln.runtime.executor import primitive_functions
+
     dest = Path(directory).resolve()
     if dest.exists() and not (dest / GRAPH).is_file() and (not dest.is_dir() or any(dest.iterdir())):
         raise ArtifactError(f"{dest} exists and is not a compiled Kiln model; refusing to overwrite it")
@@ -92,7 +97,8 @@ def export(directory: str | os.PathLike, cm: GraphExecutor, info: dict[str, Any]
             "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
             **info, "compiler_flags": list(Target.parse(info.get("target")).compiler_flags(FLAGS)),
             "files": {n: _sha256(tmp / n) for n in (LIBRARY, POOL_LIBRARY) if (tmp / n).exists()},
-            "weights": index, "num_params": len(params), "graph": text, "kernels": kernels,
+            "weights": index, "num_params": len(params), "graph": text, "graph_sha256": _text_sha256(text),
+            "kernels": kernels,
             "groups": [_kernel_name(cm, fn) for fn in primitive_functions(cm.mod)],
             "host_groups": list(cm.host_groups),
             **({"aot": aot_meta} if aot_meta is not None else {}),
@@ -115,6 +121,8 @@ def _weight_key(a: np.ndarray, name: str, by_id: dict[int, str], weights: dict[s
 
 
 def _kernel_records(cm: GraphExecutor, by_id: dict[int, str], weights: dict[str, np.ndarray]) -> list:
+    from kiln.codegen.kernel_signature import encode_params
+
     seen: dict[int, dict] = {}
     for ck in cm.kernels.values():
         k = ck.kernel
@@ -200,6 +208,10 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
     """model.json, after checking it is a compiled Kiln model of this version for this CPU."""
     d = Path(directory)
@@ -223,6 +235,8 @@ def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
             raise ArtifactError(f"{d} is missing {name}")
         if _sha256(d / name) != digest:
             raise ArtifactError(f"{d / name} is corrupt (its sha256 does not match {GRAPH})")
+    if not isinstance(meta.get("graph"), str) or _text_sha256(meta["graph"]) != meta.get("graph_sha256"):
+        raise ArtifactError(f"{d / GRAPH}: the graph text is corrupt (its sha256 does not match graph_sha256)")
     lacking = artifact_target(meta, d).missing_features()
     if lacking:
         raise ArtifactError(f"{d} was compiled for a CPU with {', '.join(lacking)}, which this CPU lacks: "
@@ -239,11 +253,12 @@ def artifact_target(meta: dict[str, Any], where: str | os.PathLike = "the model"
 
 
 def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized | None = None,
-         verify_weights: bool = True) -> tuple[GraphExecutor, AotExecutor | None, dict[str, Any]]:
-    """The executor state saved in `directory` (see read_metadata for what is checked), and the AOT
-    executor when the model was saved from one (its library holds the entry function).
-    `compile_specialized`: see `assemble`. `verify_weights`: check each weight's crc32 (reads the
-    whole weights file once; off, a damaged weight goes unnoticed until its results are wrong)."""
+         verify_weights: bool = True) -> tuple[SavedGraph, AotExecutor | None, dict[str, Any]]:
+    """The graph saved in `directory` (see read_metadata for what is checked), and the AOT executor when the
+    model was saved from one (its library holds the entry function). An AOT model's graph is parsed when first
+    read (kiln.runtime.saved_graph); a graph-executor model's, which it runs, now. `compile_specialized`: see
+    `assemble`. `verify_weights`: check each weight's crc32 (reads the whole weights file once; off, a
+    damaged weight goes unnoticed until its results are wrong)."""
     d = Path(directory)
     meta = read_metadata(d)
     note = artifact_target(meta, d).cores_note()
@@ -252,6 +267,49 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
     if not isinstance(meta.get("weights"), list):
         raise ArtifactError(f"{d / GRAPH} has no index of {WEIGHTS}")
     weights = read_weights(d / WEIGHTS, meta["weights"], verify_weights)
+    lib = LoadedLibrary(d / LIBRARY) if (d / LIBRARY).exists() else None
+    saved = _saved_graph(meta, lambda: _graph_executor(meta, weights, d, lib, compile_specialized))
+    if "aot" not in meta or lib is None:
+        saved.executor()
+        return saved, None, meta
+    records = meta.get("kernels") if isinstance(meta.get("kernels"), list) else []
+    symbols = {r.get("name"): r for r in records if isinstance(r, dict)}
+    aot = _load_aot(saved, meta["aot"], weights, d, lib, lambda name: _function(lib, symbols[name]))
+    return saved, aot, meta
+
+
+def _function(lib: LoadedLibrary, record: dict[str, Any]) -> CFunction:
+    """One kernel of the library, called on its own (a counted model's runs). Its calling convention is a tir
+    signature: tir is imported here, not for an AOT model's one entry."""
+    from kiln.codegen.func_info import FuncInfo
+    from kiln.codegen.kernel_signature import decode_signature
+    from kiln.codegen.module import CFunction
+
+    return CFunction(FuncInfo(decode_signature(record["name"], record["params"]), record["symbol"], ""), lib.lib)
+
+
+def _saved_graph(meta: dict[str, Any], parse: Callable[[], GraphExecutor]) -> SavedGraph:
+    """The model's graph, with its inputs and outputs from model.json where it records them all (every AOT
+    model: static shapes), else from the parsed graph."""
+    interface = saved_interface(meta)
+    if interface is None:
+        executor = parse()
+        return SavedGraph(executor.mod.input_vars, executor.mod.output_types, executor.mod.output_names,
+                          lambda: executor)
+    names = tuple(str(o["name"]) for o in meta["outputs"])
+    return SavedGraph(*interface, names, parse)
+
+
+def _graph_executor(meta: dict[str, Any], weights: dict[str, np.ndarray], d: Path, library: LoadedLibrary | None,
+                    compile_specialized: CompileSpecialized | None) -> GraphExecutor:
+    """The executor state of the saved graph: parsed (the operator records imported first) and each fused group
+    bound to its kernel in the library."""
+    import kiln.op  # noqa: F401  (fills the operator table that parsing the saved graph reads)
+    from kiln.codegen.func_info import FuncInfo
+    from kiln.codegen.module import CFunction
+    from kiln.ir.parser import parse
+    from kiln.runtime.executor import primitive_functions
+
     try:
         params = [weights[f"param{i}"] for i in range(meta["num_params"])]
     except (KeyError, TypeError) as e:
@@ -260,7 +318,6 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
         mod = parse(meta["graph"], params)
     except KilnError as e:
         raise ArtifactError(f"{d / GRAPH}: the graph does not parse ({e})") from None
-    lib = LoadedLibrary(d / LIBRARY) if (d / LIBRARY).exists() else None
     groups = primitive_functions(mod)
     if len(groups) != len(meta["groups"]):
         raise ArtifactError(f"{d / GRAPH}: {len(groups)} fused groups in the graph, {len(meta['groups'])} listed")
@@ -271,14 +328,11 @@ def load(directory: str | os.PathLike, compile_specialized: CompileSpecialized |
             if name is not None:
                 kernel_of[id(fn)] = kernels[name] = _with_outputs(kernels[name], fn)
         symbols = {r["name"]: r["symbol"] for r in meta["kernels"]}
-        cm = assemble(mod, kernel_of, meta["host_groups"],
-                      lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), lib.lib), lib,
-                      compile_specialized)
+        return assemble(mod, kernel_of, meta["host_groups"],
+                        lambda k: CFunction(FuncInfo(k.func, symbols[k.func.name], ""), library.lib), library,
+                        compile_specialized)
     except (KeyError, TypeError, AttributeError) as e:
         raise ArtifactError(f"{d / GRAPH}: the kernel table is inconsistent ({type(e).__name__}: {e})") from None
-    aot = _load_aot(mod, meta["aot"], weights, d, lib, lambda name: CFunction(
-        FuncInfo(kernels[name].func, symbols[name], ""), lib.lib)) if "aot" in meta and lib is not None else None
-    return cm, aot, meta
 
 
 class LoadedLibrary:
@@ -294,6 +348,9 @@ class LoadedLibrary:
 
 
 def _kernel(record: dict[str, Any], weights: dict[str, np.ndarray]) -> Kernel:
+    from kiln.codegen.kernel import Kernel
+    from kiln.codegen.kernel_signature import decode_signature
+
     func = decode_signature(record["name"], record["params"])
     return Kernel(func, [weights[c] for c in record["constants"]], record["num_params"], [], func.params)
 
@@ -302,5 +359,7 @@ def _with_outputs(k: Kernel, fn: Function) -> Kernel:
     """Output types come from the group, as lower_primitive derives them."""
     if k.output_types:
         return k
+    from kiln.codegen.kernel import Kernel
+
     types = list(fn.body.type.fields) if isinstance(fn.body, Tuple) else [fn.body.type]
     return Kernel(k.func, k.constants, k.num_params, types, k.signature)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kiln.codegen import KernelError
+from kiln.errors import KernelError
 from kiln.ir.input_check import check_input
 from kiln.ir.sizes import check_bytes, current_limit
 from kiln.runtime.aot_executor import AotExecutor

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kiln.ir.expr import Constant
 from kiln.ir.visitor import post_order
 from kiln.runtime.aot_executor import AotExecutor
-from kiln.runtime.executor import GraphExecutor
+
+if TYPE_CHECKING:
+    from kiln.runtime.executor import GraphExecutor
 
 _MB = 1 << 20
 

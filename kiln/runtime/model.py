@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.errors import AotError, ArtifactError
 from kiln.ir import sizes
-from kiln.ir.types import SizeVar, TensorType, TupleType
+from kiln.ir.types import SizeVar, TensorType
 from kiln.runtime import artifact
 from kiln.runtime.aot_executor import AotExecutor
 from kiln.runtime.async_runs import RunQueue
-from kiln.runtime.executor import GraphExecutor
 from kiln.runtime.footprint import Footprint, arena_bytes, code_bytes, kernel_weights
 from kiln.runtime.pool_runs import PoolRuns
 from kiln.runtime.process_memory import resident_bytes
 from kiln.runtime.run_handle import PreemptibleRun
+from kiln.runtime.saved_graph import SavedGraph
 from kiln.runtime.thread_pool import Partition
 from kiln.target import Target, compiler_identity, find_compiler, host_cores
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from kiln.ir.module import IRModule
+    from kiln.runtime.executor import GraphExecutor
     from kiln.runtime.shape_specialized import ShapeSpecialized
 
 
@@ -128,8 +129,10 @@ class Model:
 
     def _graph_state(self) -> GraphExecutor:
         """The kernel-by-kernel view of the library (the AOT library exports every kernel too)."""
-        if isinstance(self.runner, GraphExecutor):
+        if not isinstance(self.runner, AotExecutor):
             return self.runner
+        if self.graph is None and isinstance(self.mod, SavedGraph):
+            self.graph = self.mod.executor()  # a loaded AOT model's, parsed now
         if self.graph is None:
             raise ArtifactError("this model has no kernel-by-kernel view of its library to save")
         return self.graph
@@ -146,10 +149,9 @@ def _check_arena(runner: Any) -> None:
 
 def interface(mod: IRModule) -> tuple[list[TensorInfo], list[TensorInfo]]:
     """(inputs, outputs) of a module's main, as a session describes them."""
-    t = mod.main.body.type
-    types = list(t.fields) if isinstance(t, TupleType) else [t]
+    types = mod.output_types
     names = list(mod.output_names) or [f"output{i}" for i in range(len(types))]
-    return [_info(p.name, p.type) for p in mod.main.params], [_info(n, ty) for n, ty in zip(names, types)]
+    return [_info(p.name, p.type) for p in mod.input_vars], [_info(n, ty) for n, ty in zip(names, types)]
 
 
 def _info(name: str, t: Any) -> TensorInfo:

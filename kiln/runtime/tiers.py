@@ -13,10 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kiln.runtime.generic_executor import GenericExecutor
-from kiln.runtime.model import Model
+from kiln.runtime.model import Model, interface
+from kiln.runtime.process_memory import return_freed_memory
+
+if TYPE_CHECKING:
+    from kiln.runtime.generic_executor import GenericExecutor
 
 GENERIC, SPECIALIZED, FAILED = "generic", "specialized", "failed"
 
@@ -46,7 +49,9 @@ class Tiers:
     def __init__(self, generic: GenericExecutor, build: Callable[[KernelProgress], Model],
                  on_status: Callable[[TierStatus], None] | None = None):
         """Starts `build(progress)` on a daemon thread (a process exiting does not wait for it)."""
-        self.generic = generic
+        self.generic: GenericExecutor | None = generic  # None once the specialized model runs (see _specialize)
+        self.target = generic.target
+        self.inputs, self.outputs = interface(generic.mod)
         self.current: GenericExecutor | Model = generic  # NOTE: assigned once, by the build thread
         self._build = build
         self._on_status = on_status
@@ -62,6 +67,10 @@ class Tiers:
             self._error = e
         else:
             self.current = model
+            # NOTE: the generic tier's imported weights are a second copy beside the model's packed ones; a run
+            # still on that tier holds its own reference until it ends
+            self.generic = None
+            return_freed_memory()
         finally:
             try:
                 self._notify()  # before waiters wake: a wait() that returns has seen the last status

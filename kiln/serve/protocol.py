@@ -35,7 +35,7 @@ class ModelSpec:
 
     @classmethod
     def of(cls, model: Model) -> ModelSpec:
-        return cls({p.name: p.type for p in model.mod.main.params},
+        return cls({p.name: p.type for p in model.mod.input_vars},
                    {i.name: tensor_codec.kserve_type(i.dtype) for i in model.inputs},
                    tuple(o.name for o in model.outputs))
 

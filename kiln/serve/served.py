@@ -76,5 +76,5 @@ def served(name: str, model: Model, config: ModelConfig) -> Served:
     if config.max_batch > 0 and not symbolic_batch(model):
         raise ServeError(f"model '{name}': max_batch={config.max_batch} needs a symbolic first dimension on "
                          "every input and output (dynamic batching concatenates requests along it)")
-    return Served(name, model, config, {p.name: p.type for p in model.mod.main.params},
+    return Served(name, model, config, {p.name: p.type for p in model.mod.input_vars},
                   tuple(o.name for o in model.outputs), config.max_batch > 0)

@@ -177,7 +177,7 @@ def test_an_inconsistent_index_entry_is_named(exported):
 
 def test_an_older_format_says_to_compile_again(exported):
     _edit_meta(exported, format_version=2)
-    with pytest.raises(ArtifactError, match=r"\(format 2\); this is Kiln .* \(format 3\): compile the model again"):
+    with pytest.raises(ArtifactError, match=r"\(format 2\); this is Kiln .* \(format 4\): compile the model again"):
         kiln.load(exported)
 
 
