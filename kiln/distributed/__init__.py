@@ -16,7 +16,9 @@ import importlib
 from typing import Any
 
 _WHERE: dict[str, str] = {"ModelWorker": "kiln.distributed.model_worker", "connect": "kiln.distributed.ray_env",
-                          "require_ray": "kiln.distributed.ray_env"}
+                          "require_ray": "kiln.distributed.ray_env",
+                          "ReplicaSet": "kiln.distributed.replica_set",
+                          "serve_deployment": "kiln.distributed.ray_serve"}
 
 __all__ = sorted(_WHERE)
 
