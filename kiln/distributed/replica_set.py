@@ -71,9 +71,12 @@ class ReplicaSet:
 
     def __init__(self, model: bundles.Bundle | str | os.PathLike | Model, replicas: int = 1,
                  threads: int | None = None, address: str | None = None, max_restarts: int = 3,
-                 call_timeout_s: float = CALL_TIMEOUT_S, name: str = "model") -> None:
+                 call_timeout_s: float = CALL_TIMEOUT_S, start_timeout_s: float = START_TIMEOUT_S,
+                 name: str = "model") -> None:
         _check_settings(replicas, threads, max_restarts, call_timeout_s)
         self.name, self.replicas, self.call_timeout_s = name, replicas, call_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.retries = 0  # attempts sent again after a replica was lost
         self.max_attempts = replicas * (max_restarts + 1)  # every life of every replica once
         self._ray = connect(address)
         self._lock = threading.Lock()
@@ -164,11 +167,11 @@ class ReplicaSet:
 
         group = placement_group([{"CPU": cpus}] * self.replicas, strategy="SPREAD")
         try:
-            self._ray.get(group.ready(), timeout=START_TIMEOUT_S)
+            self._ray.get(group.ready(), timeout=self.start_timeout_s)
         except self._ray.exceptions.GetTimeoutError:
             remove_placement_group(group)
             raise DistributedError(f"'{self.name}': the Ray cluster did not give {self.replicas} replica(s) of "
-                                   f"{cpus} CPU(s) within {START_TIMEOUT_S:.0f} s (cluster CPUs: "
+                                   f"{cpus} CPU(s) within {self.start_timeout_s:g} s (cluster CPUs: "
                                    f"{self._ray.cluster_resources().get('CPU', 0):g})") from None
         self._bundle_ref = self._ray.put(bundle)  # NOTE: kept alive: Ray restarts an actor from its arguments
         worker = self._ray.remote(ModelWorker)
@@ -183,7 +186,7 @@ class ReplicaSet:
         pids = []
         for i, actor in enumerate(self._actors):
             try:
-                pids.append(self._ray.get(actor.info.remote(), timeout=START_TIMEOUT_S)["pid"])
+                pids.append(self._ray.get(actor.info.remote(), timeout=self.start_timeout_s)["pid"])
             except self._ray.exceptions.RayError as e:
                 self.close()
                 raise DistributedError(f"replica {i} of '{self.name}' failed to load its model: {e}") from None
@@ -227,6 +230,7 @@ class ReplicaSet:
             where = self._loads.least_loaded(avoid=call.replica)
             again = where is not None and call.attempts < self.max_attempts and not self._closed and not call.done
             if again:
+                self.retries += 1
                 self._reserve(call, where)
         if again:
             self._send(call, where)
@@ -239,7 +243,7 @@ class ReplicaSet:
         with self._lock:
             if not self._loads.mark_down(replica) or self._closed:
                 return
-        self._probe(replica, time.monotonic() + START_TIMEOUT_S)
+        self._probe(replica, time.monotonic() + self.start_timeout_s)
 
     def _probe(self, replica: int, deadline: float) -> None:
         """Ask a restarting replica who it is; a call that reaches it in the moment it died fails, so
@@ -270,7 +274,7 @@ class ReplicaSet:
     def _watch(self) -> None:
         """Fail calls unanswered past the timeout: a cluster that went away answers nothing."""
         while True:
-            time.sleep(WATCH_PERIOD_S)
+            time.sleep(min(WATCH_PERIOD_S, self.call_timeout_s / 4))
             now = time.monotonic()
             with self._lock:
                 if self._closed and not self._calls:

@@ -103,6 +103,9 @@ class Dispatcher(Protocol):
     def remove(self, name: str) -> None:
         """Stop serving `name`: queued and running requests finish first; later ones fail (unknown model)."""
 
+    def ready(self, name: str) -> bool:
+        """`name` is served and can run requests now (with `kiln serve --ray`: one of its replicas is up)."""
+
     def submit(self, request: InferRequest) -> Future:
         """Queue `request`; the Future gets {output name: array} or an error (QueueFullError when the
         model's queue is at its limit, RequestTimeoutError past its timeout, InputError for bad feeds)."""
