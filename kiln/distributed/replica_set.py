@@ -140,6 +140,13 @@ class ReplicaSet:
         with self._lock:
             return self._loads.up()
 
+    def nodes(self) -> list[str]:
+        """The Ray node id each replica was placed on (SPREAD: different nodes where the cluster has them)."""
+        from ray.util.placement_group import placement_group_table
+
+        placed = placement_group_table(self._group)["bundles_to_node_id"]
+        return [placed[i] for i in range(self.replicas)]
+
     def actor(self, replica: int) -> Any:
         """The Ray actor handle of one replica (for tests that kill it)."""
         return self._actors[replica]
