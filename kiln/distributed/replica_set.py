@@ -4,7 +4,8 @@ The replicas are ModelWorker actors in one placement group (their cores reserved
 per replica, spread over nodes where the cluster has several). A request goes to the replica with
 the fewest calls in flight (ties round-robin) and completes its own Future exactly once:
 - an actor that dies is restarted by Ray (`max_restarts`) while the calls it had in flight are sent
-  again, to the least-loaded other replica (to the restarted one when it is the only one); an answer
+  again, to the least-loaded other replica (to the restarted one when it is the only one), each request
+  at most `max_attempts` times (a request that crashes its replica must not take down all); an answer
   that arrives for an attempt already replaced or failed is dropped, so no request is answered twice;
 - a call unanswered after `call_timeout_s` (the cluster gone, a node lost) fails its request with a
   DistributedError instead of leaving its caller waiting for ever.
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 120.0  # placement and loading of every replica (a big library is unpacked and mapped)
 CALL_TIMEOUT_S = 60.0
+# Tries of one request: a replica lost once is survived, but a request that itself crashes the process
+# running it (a poison request) takes down at most this many replicas before it fails.
+MAX_ATTEMPTS = 3
 WATCH_PERIOD_S = 0.25
 PROBE_PERIOD_S = 0.2
 
@@ -72,12 +76,12 @@ class ReplicaSet:
     def __init__(self, model: bundles.Bundle | str | os.PathLike | Model, replicas: int = 1,
                  threads: int | None = None, address: str | None = None, max_restarts: int = 3,
                  call_timeout_s: float = CALL_TIMEOUT_S, start_timeout_s: float = START_TIMEOUT_S,
-                 name: str = "model") -> None:
-        _check_settings(replicas, threads, max_restarts, call_timeout_s)
+                 max_attempts: int = MAX_ATTEMPTS, name: str = "model") -> None:
+        _check_settings(replicas, threads, max_restarts, call_timeout_s, max_attempts)
         self.name, self.replicas, self.call_timeout_s = name, replicas, call_timeout_s
         self.start_timeout_s = start_timeout_s
         self.retries = 0  # attempts sent again after a replica was lost
-        self.max_attempts = replicas * (max_restarts + 1)  # every life of every replica once
+        self.max_attempts = max_attempts
         self._ray = connect(address)
         self._lock = threading.Lock()
         self._loads = Loads(replicas)
@@ -154,6 +158,8 @@ class ReplicaSet:
     def close(self) -> None:
         """Fail what is still in flight, end the actors and free their cores."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             left = list(self._calls)
         for call in left:
@@ -293,8 +299,10 @@ class ReplicaSet:
                     "(is the Ray cluster still there?)"))
 
 
-def _check_settings(replicas: int, threads: int | None, max_restarts: int, call_timeout_s: float) -> None:
-    for what, value, low in (("replicas", replicas, 1), ("threads", threads, 1), ("max_restarts", max_restarts, 0)):
+def _check_settings(replicas: int, threads: int | None, max_restarts: int, call_timeout_s: float,
+                    max_attempts: int) -> None:
+    for what, value, low in (("replicas", replicas, 1), ("threads", threads, 1), ("max_restarts", max_restarts, 0),
+                             ("max_attempts", max_attempts, 1)):
         if value is None and what == "threads":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

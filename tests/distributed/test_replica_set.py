@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kiln.distributed.replica_set import ReplicaSet
-from kiln.errors import DistributedError
+from kiln.errors import DistributedError, InputError
 from tests.distributed.ray_cluster import compiled_models, local_cluster
 
 pytestmark = pytest.mark.ray
@@ -110,10 +110,19 @@ def test_a_cluster_without_the_cores_asked_for_is_an_error(ray_cluster, models):
         ReplicaSet(models["mlp"], threads=64, start_timeout_s=1)
 
 
+def test_the_models_own_error_comes_back_and_is_not_retried(mlp_set):
+    with pytest.raises(InputError, match="input"):
+        mlp_set.run(None, {"input": np.zeros((3, 3), np.float32)})
+    assert mlp_set.up() == 2
+
+
 def test_settings_and_a_closed_set_are_checked(ray_cluster, models):
     with pytest.raises(DistributedError, match="replicas=0"):
         ReplicaSet(models["mlp"], replicas=0)
+    with pytest.raises(DistributedError, match="max_attempts=0"):
+        ReplicaSet(models["mlp"], max_attempts=0)
     one = ReplicaSet(models["mlp"], replicas=1)
+    one.close()
     one.close()
     with pytest.raises(DistributedError, match="closed"):
         one.submit(_feeds(models["mlp"], 3))
