@@ -521,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-body-mb", type=float, default=64, help="largest request body in MiB (default 64)")
     v.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS", help="run each model's "
                    "requests on Ray actors (`replicas` in its config, default 1), least loaded first, in the cluster "
-                   "at ADDRESS (\"auto\", host:port, ray://host:port) or a local one; needs kiln[ray]")
+                   "at ADDRESS (\"auto\", host:port, ray://host:port; \"local\": always a new one) or else the one Ray "
+                   "finds or starts; needs kiln[ray]")
     v.set_defaults(fn=cmd_serve)
     return p
 
