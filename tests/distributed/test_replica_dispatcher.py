@@ -3,6 +3,7 @@ queue limits and timeouts hold, batching is refused, readiness follows the repli
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -87,3 +88,24 @@ def test_batching_is_refused_and_ready_follows_the_replicas(dispatcher, models):
     assert dispatcher.ready("mlp") and dispatcher.replicas("mlp").up() == 2
     dispatcher.remove("mlp")
     assert not dispatcher.ready("mlp")
+
+
+def test_a_replica_killed_during_1000_served_requests_loses_and_duplicates_none(ray_cluster, dispatcher, models):
+    mlp = models["mlp"]
+    dispatcher.add("mlp", mlp, ModelConfig(replicas=2, queue_limit=1000))
+    requests = [_request(mlp, "mlp", i % 10, priority=Priority.RT if i % 3 == 0 else Priority.BE)
+                for i in range(1000)]
+    expect = [mlp.run(r.feeds)[0] for r in requests[:10]]
+    completions = collections.Counter()
+    futures = []
+    for i, r in enumerate(requests):
+        futures.append(dispatcher.submit(r))
+        futures[-1].add_done_callback(lambda _, i=i: completions.update([i]))
+        if i == 300:
+            ray_cluster.kill(dispatcher.replicas("mlp").actor(0), no_restart=False)
+    name = mlp.outputs[0].name
+    for i, f in enumerate(futures):
+        np.testing.assert_array_equal(f.result(timeout=120)[name], expect[i % 10])
+    assert set(completions.values()) == {1} and len(completions) == 1000
+    stats = dispatcher.stats()["mlp"]
+    assert (stats.requests, stats.failures, stats.refused) == (1000, 0, 0)
