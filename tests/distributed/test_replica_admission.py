@@ -3,6 +3,7 @@ calls finish when the test says. A replica takes at most 2 calls and 1 BE call; 
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from concurrent.futures import Future
@@ -10,10 +11,12 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
+import kiln
 from kiln.distributed import replica_dispatcher
 from kiln.distributed.replica_loads import Loads
 from kiln.serve.dispatch import InferRequest, ModelConfig, Priority
-from tests.distributed.ray_cluster import compiled_models
+from kiln.serve.repository import SERVE_TARGET
+from tests.serve.http.models import tiny_mlp
 
 
 class HeldReplicas:
@@ -49,8 +52,10 @@ class HeldReplicas:
 
 
 @pytest.fixture(scope="module")
-def mlp(tmp_path_factory):
-    return compiled_models(tmp_path_factory)["mlp"]
+def mlp():
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: the dispatcher runs a compiled model")
+    return kiln.build(tiny_mlp(), target=SERVE_TARGET)
 
 
 @pytest.fixture
