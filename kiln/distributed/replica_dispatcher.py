@@ -194,7 +194,8 @@ class RayDispatcher:
         return self._replicas[p.served].free(DEPTH, BE_PER_REPLICA if be else None)
 
     def _has_room(self, p: Pending) -> bool:
-        return self._room(p) is not None
+        """A replica has room, or none will ever have (every one dead: sending fails the request at once)."""
+        return self._room(p) is not None or self._replicas[p.served].dead()
 
     def _send(self, p: Pending, replica: int | None) -> None:
         """Call a replica for `p` (its client may have cancelled it while it was queued)."""

@@ -66,6 +66,10 @@ class Loads:
     def up(self) -> int:
         return sum(s is ReplicaState.UP for s in self.state)
 
+    def dead(self) -> bool:
+        """Every replica is out of restarts: no call can be answered any more."""
+        return all(s is ReplicaState.DEAD for s in self.state)
+
     def _least(self, candidates: list[int]) -> int | None:
         n = len(self.flight)
         return min(candidates, key=lambda i: (self.flight[i], (i - self._turn) % n), default=None)

@@ -41,6 +41,7 @@ CALL_TIMEOUT_S = 60.0
 MAX_ATTEMPTS = 3
 WATCH_PERIOD_S = 0.25
 PROBE_PERIOD_S = 0.2
+PROBES_DIED = 3
 
 
 @dataclass(eq=False)
@@ -151,6 +152,11 @@ class ReplicaSet:
         placed = placement_group_table(self._group)["bundles_to_node_id"]
         return [placed[i] for i in range(self.replicas)]
 
+    def dead(self) -> bool:
+        """Every replica is out of restarts (a submit is a DistributedError)."""
+        with self._lock:
+            return self._loads.dead()
+
     def actor(self, replica: int) -> Any:
         """The Ray actor handle of one replica (for tests that kill it)."""
         return self._actors[replica]
@@ -258,18 +264,25 @@ class ReplicaSet:
                 return
         self._probe(replica, time.monotonic() + self.start_timeout_s)
 
-    def _probe(self, replica: int, deadline: float) -> None:
-        """Ask a restarting replica who it is; a call that reaches it in the moment it died fails, so
-        failed probes are repeated until it answers or `deadline` passes (then it is out of restarts)."""
+    def _probe(self, replica: int, deadline: float, died: int = 0) -> None:
+        """Ask a lost replica who it is until it answers (up again) or is dead for good. A restarting actor
+        holds the call until it is back (or fails it as unavailable: asked again); a dead one fails it at
+        once as died, and so may one in the moment it died: PROBES_DIED such answers in a row, or no
+        answer by `deadline`, mean it is out of restarts."""
         def answered(f: Future) -> None:
-            if f.exception() is None:
+            error = f.exception()
+            if error is None:
                 with self._lock:
                     self._loads.mark_up(replica)
-            elif time.monotonic() > deadline or self._closed:
+                return
+            now_died = died + 1 if isinstance(error, self._ray.exceptions.ActorDiedError) else 0
+            if now_died >= PROBES_DIED or time.monotonic() > deadline:
                 with self._lock:
                     self._loads.mark_dead(replica)
-            else:
-                threading.Timer(PROBE_PERIOD_S, self._probe, (replica, deadline)).start()
+            elif not self._closed:
+                again = threading.Timer(PROBE_PERIOD_S, self._probe, (replica, deadline, now_died))
+                again.daemon = True
+                again.start()
         self._actors[replica].info.remote().future().add_done_callback(answered)
 
     def _complete(self, call: Call, result: dict | None = None, error: Exception | None = None) -> None:

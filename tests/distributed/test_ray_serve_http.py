@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -69,9 +70,19 @@ def test_ready_goes_down_when_every_replica_is_gone(ray_cluster, server, client)
     replicas = server.dispatcher.replicas("mlp")
     for i in range(replicas.replicas):
         ray_cluster.kill(replicas.actor(i), no_restart=True)
+        with pytest.raises(ray_cluster.exceptions.RayActorError):  # a kill takes effect a moment later
+            for _ in range(100):
+                ray_cluster.get(replicas.actor(i).info.remote())
+                time.sleep(0.05)
     x = np.zeros((2, MLP_SIZES[0]), np.float32)
     tensor = httpclient.InferInput("input", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     with pytest.raises(InferenceServerException, match="DistributedError: 'mlp': a request failed"):
         client.infer("mlp", [tensor])
     assert not client.is_model_ready("mlp") and not client.is_server_ready()
+    deadline = time.monotonic() + 30
+    while not replicas.dead():  # the probes find both out of restarts
+        assert time.monotonic() < deadline, "the replicas were never found dead"
+        time.sleep(0.05)
+    with pytest.raises(InferenceServerException, match="every replica of 'mlp' is dead"):
+        client.infer("mlp", [tensor])  # failed at once, not queued for ever

@@ -47,6 +47,9 @@ class HeldReplicas:
     def up(self) -> int:
         return self.replicas
 
+    def dead(self) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 

@@ -46,6 +46,7 @@ def test_only_the_failed_replica_left_takes_its_retry_and_all_dead_is_none():
     loads = Loads(1)
     loads.mark_down(0)
     assert loads.least_loaded(avoid=0) == 0
+    assert not loads.dead()
     loads.mark_dead(0)
     loads.mark_up(0)  # a dead replica does not come back
-    assert loads.least_loaded() is None and loads.up() == 0
+    assert loads.least_loaded() is None and loads.up() == 0 and loads.dead()
