@@ -7,7 +7,9 @@ ObjectRefs, placement groups and the object store are Ray's.
 The pieces every distributed path shares: ray_env (importing Ray with a clear error, connecting to
 a cluster or starting a local one), bundle (a compiled model's directory as bytes, sent through the
 object store, since the nodes of a real cluster share no disk) and model_worker (the object a Ray
-actor holds: one loaded Kiln model that runs feeds).
+actor holds: one loaded Kiln model that runs feeds). On them: ReplicaSet (N copies of a model behind
+least-loaded routing, with retries when an actor dies; `kiln serve --ray` serves with it) and
+serve_deployment (a Kiln model as a Ray Serve deployment).
 """
 
 from __future__ import annotations
