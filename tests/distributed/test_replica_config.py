@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
+import kiln
 from kiln.cli import build_parser
+from kiln.distributed.ray_env import worker_env
 from kiln.errors import DistributedError, RepositoryError
 from kiln.serve.model_config_file import read_config
 from kiln.serve.server import make_dispatcher
@@ -46,3 +50,13 @@ def test_serve_ray_without_ray_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(DistributedError, match=r"pip install 'kiln\[ray\]'"):
         make_dispatcher("reef", ray=True)
+
+
+def test_a_source_checkout_goes_on_the_workers_path_and_an_installed_kiln_does_not(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    root = Path(kiln.__file__).resolve().parents[1]
+    env = worker_env()
+    if {"site-packages", "dist-packages"} & set(root.parts):
+        assert env is None
+    else:
+        assert env["env_vars"]["PYTHONPATH"].split(os.pathsep) == [str(root), "/elsewhere"]
