@@ -340,7 +340,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from kiln.serve.server import serve
 
-    return serve(args.repo, args.host, args.port, args.scheduler, args.max_body_mb)
+    return serve(args.repo, args.host, args.port, args.scheduler, args.max_body_mb, ray=args.ray)
 
 
 def _add_pass_flags(p: argparse.ArgumentParser, note: str = "") -> None:
@@ -519,6 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--scheduler", choices=("reef", "fifo"), default="reef", help="reef: real-time requests "
                    "first, best-effort runs preempted for them (default); fifo: one queue, no priorities")
     v.add_argument("--max-body-mb", type=float, default=64, help="largest request body in MiB (default 64)")
+    v.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS", help="run each model's "
+                   "requests on Ray actors (`replicas` in its config, default 1), least loaded first, in the cluster "
+                   "at ADDRESS (\"auto\", host:port, ray://host:port; \"local\": always a new one) or else the one Ray "
+                   "finds or starts; needs kiln[ray]")
     v.set_defaults(fn=cmd_serve)
     return p
 

@@ -7,7 +7,10 @@ ObjectRefs, placement groups and the object store are Ray's.
 The pieces every distributed path shares: ray_env (importing Ray with a clear error, connecting to
 a cluster or starting a local one), bundle (a compiled model's directory as bytes, sent through the
 object store, since the nodes of a real cluster share no disk) and model_worker (the object a Ray
-actor holds: one loaded Kiln model that runs feeds).
+actor holds: one loaded Kiln model that runs feeds). On them: Pipeline (a model cut into stages on
+actors in one placement group, requests as chains of ObjectRefs; plan_pipeline chooses the cuts),
+ReplicaSet (N copies of a model behind least-loaded routing, with retries when an actor dies; `kiln
+serve --ray` serves with it) and serve_deployment (a Kiln model as a Ray Serve deployment).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any
 
 _WHERE: dict[str, str] = {"ModelWorker": "kiln.distributed.model_worker", "connect": "kiln.distributed.ray_env",
                           "require_ray": "kiln.distributed.ray_env",
-                          "Pipeline": "kiln.distributed.pipeline", "plan_pipeline": "kiln.distributed.stage_plan"}
+                          "Pipeline": "kiln.distributed.pipeline", "plan_pipeline": "kiln.distributed.stage_plan",
+                          "ReplicaSet": "kiln.distributed.replica_set",
+                          "serve_deployment": "kiln.distributed.ray_serve"}
 
 __all__ = sorted(_WHERE)
 

@@ -9,10 +9,9 @@ controller retries a failed request from its first stage and must be the only on
 
 from __future__ import annotations
 
-import site
-from pathlib import Path
 from typing import Any
 
+from kiln.distributed.ray_env import worker_env
 from kiln.distributed.stage_plan import Stage
 from kiln.distributed.stage_worker import StageWorker
 from kiln.errors import DistributedError
@@ -43,13 +42,6 @@ def start_stage(ray: Any, pg: Any, stage: Stage, bundle_ref: Any, threads: int, 
 
     placement = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=stage.index)
     actor = ray.remote(StageWorker).options(num_cpus=threads, max_restarts=max_restarts, max_task_retries=0,
-                                            scheduling_strategy=placement, runtime_env=worker_runtime_env())
+                                            scheduling_strategy=placement, runtime_env=worker_env())
     return actor.remote(bundle_ref, threads, stage.index, stage.inputs, stage.forward)
 
-
-def worker_runtime_env() -> dict[str, Any]:
-    """What a Ray worker needs to import this kiln: nothing where kiln is installed, else its checkout on
-    PYTHONPATH (the workers of a cluster started elsewhere do not inherit this process's environment)."""
-    root = Path(__file__).resolve().parents[2]
-    installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    return {} if root in installed else {"env_vars": {"PYTHONPATH": str(root)}}

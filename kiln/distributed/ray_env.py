@@ -7,6 +7,8 @@ connection. A cluster that cannot be reached is a DistributedError naming the ad
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import ModuleType
 
 from kiln.errors import DistributedError
@@ -34,8 +36,19 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleTy
                                f"{address!r} has its own resources")
     try:
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, runtime_env=worker_env())
     except (ConnectionError, TimeoutError, RuntimeError) as e:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
         raise DistributedError(f"could not connect to {where}: {e}") from e
     return ray
+
+
+def worker_env() -> dict | None:
+    """The job's runtime environment: a Kiln run from a source checkout (not installed) puts its directory
+    on the workers' PYTHONPATH, since a cluster started by `ray start` does not inherit this process's
+    environment; an installed Kiln is found by the workers' own Python (None: nothing to add)."""
+    root = Path(__file__).resolve().parents[2]
+    if {"site-packages", "dist-packages"} & set(root.parts):
+        return None
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}

@@ -103,7 +103,7 @@ class KilnApp:
         return Reply(200)
 
     async def ready(self, call: Call) -> Reply:
-        return Reply(200) if self.store.ready() else error_reply(503, "models are still loading")
+        return Reply(200) if self.store.ready() else error_reply(503, "models are still loading or cannot run now")
 
     async def server_metadata(self, call: Call) -> Reply:
         return json_reply(protocol.server_metadata())
@@ -113,7 +113,9 @@ class KilnApp:
         return json_reply(protocol.model_metadata(served.name, served.source.version, served.model))
 
     async def model_ready(self, call: Call) -> Reply:
-        self._serving(call)
+        served = self._serving(call)
+        if not self.store.dispatcher.ready(served.name):
+            raise ModelNotReadyError(f"model '{served.name}' cannot run requests now (no replica is up)")
         return Reply(200)
 
     async def model_config(self, call: Call) -> Reply:

@@ -39,6 +39,7 @@ class ModelConfig:
     batch_delay_us: int = 0  # how long a batch may wait for more requests
     queue_limit: int = 64  # queued requests beyond this are refused (503)
     timeout_s: float | None = None  # a request still queued after this fails (the request may set a shorter one)
+    replicas: int = 1  # copies of the model on Ray actors (`kiln serve --ray`); one process serves one copy
 
 
 @dataclass
@@ -101,6 +102,9 @@ class Dispatcher(Protocol):
 
     def remove(self, name: str) -> None:
         """Stop serving `name`: queued and running requests finish first; later ones fail (unknown model)."""
+
+    def ready(self, name: str) -> bool:
+        """`name` is served and can run requests now (with `kiln serve --ray`: one of its replicas is up)."""
 
     def submit(self, request: InferRequest) -> Future:
         """Queue `request`; the Future gets {output name: array} or an error (QueueFullError when the

@@ -44,6 +44,7 @@ FIELD_RULES: dict[str, Callable[[Any], Any]] = {
     "batch_delay_us": _int_at_least(0),
     "queue_limit": _int_at_least(1),
     "timeout_s": _positive_seconds,
+    "replicas": _int_at_least(1),
 }
 
 

@@ -93,8 +93,9 @@ class ModelStore:
             return sorted(self._models.values(), key=lambda s: s.name)
 
     def ready(self) -> bool:
-        """True when no model is still loading (the server's readiness)."""
-        return all(s.state is not State.LOADING for s in self.all())
+        """True when no model is still loading and every loaded one can run requests (the server's readiness)."""
+        return all(s.state is not State.LOADING and (s.state is not State.READY or self.dispatcher.ready(s.name))
+                   for s in self.all())
 
     def _load_loop(self) -> None:
         while True:

@@ -216,6 +216,6 @@ def model_config(name: str, model: Model, config: ModelConfig) -> dict:
                  "dims": t["shape"]} for t in map(_tensor_meta, infos)]
     settings = {"priority": config.priority.value, "cores": config.cores, "max_batch": config.max_batch,
                 "batch_delay_us": config.batch_delay_us, "queue_limit": config.queue_limit,
-                "timeout_s": config.timeout_s}
+                "timeout_s": config.timeout_s, "replicas": config.replicas}
     return {"name": name, "platform": "kiln", "max_batch_size": config.max_batch, "input": tensors(model.inputs),
             "output": tensors(model.outputs), "kiln": settings}

@@ -6,7 +6,7 @@ Not thread-safe: the scheduler holds its lock around every call."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,18 +58,24 @@ class Queues:
         """Work for the BE lane: a BE request (in FIFO mode: any request)."""
         return bool(self._rt) if self.fifo else any(self._be.values())
 
-    def pop_rt(self) -> Pending | None:
-        return self._take(self._rt.popleft()) if self._rt and not self.fifo else None
-
-    def pop_be(self) -> Pending | None:
-        """FIFO mode: the oldest request; else the next non-empty BE queue after the last one served."""
-        if self.fifo:
-            return self._take(self._rt.popleft()) if self._rt else None
-        if not any(self._be.values()):
+    def pop_rt(self, ready: Callable[[Pending], bool] | None = None) -> Pending | None:
+        """The oldest RT request, when `ready` (if given) accepts it: RT stays in arrival order."""
+        if not self._rt or self.fifo or (ready is not None and not ready(self._rt[0])):
             return None
+        return self._take(self._rt.popleft())
+
+    def pop_be(self, ready: Callable[[Pending], bool] | None = None) -> Pending | None:
+        """FIFO mode: the oldest request; else the head of the next non-empty BE queue after the last one
+        served; with `ready`, only a head it accepts (a model whose replicas are busy is skipped)."""
+        if self.fifo:
+            ok = self._rt and (ready is None or ready(self._rt[0]))
+            return self._take(self._rt.popleft()) if ok else None
         order = list(self._be)
-        start = self._turn % len(order)
-        name = next(n for n in order[start:] + order[:start] if self._be[n])
+        start = self._turn % len(order) if order else 0
+        name = next((n for n in order[start:] + order[:start]
+                     if self._be[n] and (ready is None or ready(self._be[n][0]))), None)
+        if name is None:
+            return None
         self._turn = order.index(name) + 1
         return self._take(self._be[name].popleft())
 

@@ -109,6 +109,10 @@ class ReefScheduler:
                 raise UnknownModelError(f"no model named '{name}' is served")
             self._cv.wait_for(lambda: not self._queues.queued(name) and not self._running[name])
 
+    def ready(self, name: str) -> bool:
+        with self._cv:
+            return name in self._served
+
     def submit(self, request: InferRequest) -> Future:
         with self._cv:
             entry = self._served.get(request.model)

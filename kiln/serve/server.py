@@ -33,10 +33,15 @@ SCHEDULERS = ("reef", "fifo")
 KEEP_ALIVE_S = 30
 
 
-def make_dispatcher(name: str) -> Dispatcher:
-    """The scheduler `kiln serve --scheduler` names: "reef" (RT before BE, preemption) or "fifo" (one queue)."""
+def make_dispatcher(name: str, ray: str | bool = False) -> Dispatcher:
+    """The scheduler `kiln serve --scheduler` names: "reef" (RT before BE, preemption) or "fifo" (one queue);
+    with `ray` (True: a local cluster; a string: the cluster's address) runs go to each model's Ray replicas."""
     if name not in SCHEDULERS:
         raise KilnError(f"unknown scheduler '{name}'; the schedulers are {', '.join(SCHEDULERS)}")
+    if ray is not False:
+        from kiln.distributed.replica_dispatcher import RayDispatcher
+
+        return RayDispatcher(None if ray is True else ray, fifo=name == "fifo")
     try:
         from kiln.serve.scheduler import ReefScheduler
     except ModuleNotFoundError as e:
@@ -76,19 +81,20 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(repo: str, host: str = "127.0.0.1", port: int = 8000, scheduler: str = "reef", max_body_mb: float = 64,
-          dispatcher: Dispatcher | None = None) -> int:
-    """Serve the models of directory `repo` until SIGTERM/SIGINT; 0 once every request in flight is answered."""
+          dispatcher: Dispatcher | None = None, ray: str | bool = False) -> int:
+    """Serve the models of directory `repo` until SIGTERM/SIGINT; 0 once every request in flight is answered.
+    `ray`: run requests on Ray replicas (True: a local cluster; a string: the cluster's address)."""
     if not max_body_mb > 0:
         raise KilnError(f"--max-body-mb must be positive, got {max_body_mb}")
     repository = Repository(repo)
-    dispatcher = dispatcher if dispatcher is not None else make_dispatcher(scheduler)
+    dispatcher = dispatcher if dispatcher is not None else make_dispatcher(scheduler, ray)
     store = ModelStore(repository, dispatcher)
     server = uvicorn_server(KilnApp(store, int(max_body_mb * 2**20)))
     sock = listening_socket(host, port)
     bound = sock.getsockname()
     store.load_all()
     print(f"kiln serve: {len(repository.names())} model(s) from {repo} on http://{host}:{bound[1]} "
-          f"(scheduler {scheduler})", file=sys.stderr, flush=True)
+          f"(scheduler {scheduler}{', on Ray' if ray is not False else ''})", file=sys.stderr, flush=True)
     with _signals_after_shutdown_ignored():
         server.run(sockets=[sock])
     dispatcher.close(drain=True)

@@ -35,6 +35,10 @@ class ThreadDispatcher:
         with self.lock:
             self.models.pop(name, None)
 
+    def ready(self, name: str) -> bool:
+        with self.lock:
+            return name in self.models
+
     def submit(self, request: InferRequest) -> Future:
         with self.lock:
             if request.model not in self.models:
