@@ -35,14 +35,22 @@ def _is_child(v: object) -> bool:
 
 def children(node: Node) -> Iterator[Node]:
     """The direct child expressions and statements of `node`, in field order."""
+    return iter(_child_list(node))
+
+
+def _child_list(node: Node) -> list[Node]:
+    """children(node) as a list: walks run through here once per node, where a generator's overhead
+    was most of their time."""
     if isinstance(node, Var):
-        return
+        return []
+    out = []
     for name in _child_fields(type(node)):
         v = getattr(node, name)
-        if _is_child(v):
-            yield v
+        if isinstance(v, (PrimExpr, Stmt)):
+            out.append(v)
         elif isinstance(v, tuple):
-            yield from (x for x in v if _is_child(x))
+            out.extend([x for x in v if isinstance(x, (PrimExpr, Stmt))])
+    return out
 
 
 def _init_fields(cls: type) -> tuple[str, ...]:
@@ -142,7 +150,7 @@ def walk(node: Node) -> Iterator[Node]:
             continue
         seen.add(id(x))
         yield x
-        stack.extend(reversed(list(children(x))))
+        stack.extend(reversed(_child_list(x)))
 
 
 def free_vars(node: Node) -> set[Var]:
@@ -177,7 +185,7 @@ def _nodes_using(node: Node, v: Var) -> set[int]:
     def uses(x: Node) -> bool:
         hit = memo.get(id(x))
         if hit is None:
-            hit = x is v or any([uses(c) for c in children(x)])
+            hit = x is v or any([uses(c) for c in _child_list(x)])
             memo[id(x)] = hit
             keep.append(x)
         return hit

@@ -18,4 +18,5 @@ def _unroll(s: S.Stmt) -> S.Stmt | None:
 
 def unroll(func: S.PrimFunc) -> S.PrimFunc:
     """Replace every constant-extent UNROLLED loop by copies of its body (inner loops first)."""
-    return S.PrimFunc(func.name, func.params, map_stmt(func.body, fstmt=_unroll), func.attrs)
+    body = map_stmt(func.body, fstmt=_unroll)
+    return func if body is func.body else S.PrimFunc(func.name, func.params, body, func.attrs)
