@@ -92,9 +92,13 @@ class Prefetch:
         # the child finds this kiln whichever way the building process did (an installed package or a path)
         path = os.pathsep.join(x for x in (str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH")) if x)
         env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self._procs = [subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, start_new_session=True)
-                       for _ in range(workers)]
+        self._procs: list[subprocess.Popen] = []
+        for _ in range(workers):
+            try:
+                self._procs.append(subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                                    stdout=subprocess.PIPE, env=env, start_new_session=True))
+            except OSError:  # no process to spare: the building process lowers what the others do not
+                break
         self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True, name="kiln-lower-feed")
                          for p in self._procs]
         for t in self._threads:
@@ -132,8 +136,8 @@ class Prefetch:
                 if not answered:
                     return
                 job = self._next()
-        except (OSError, pickle.PicklingError, TypeError, AttributeError):
-            return  # the building process lowers whatever is left
+        except (OSError, ValueError, pickle.PicklingError, TypeError, AttributeError):
+            return  # the building process lowers whatever is left (ValueError: closed under us)
         finally:
             if job is not None:
                 job[2].set()
