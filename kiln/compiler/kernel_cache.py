@@ -94,9 +94,18 @@ class KernelCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
+    def uncached(self, groups: list[tuple[int, Function]], tuned: Tuned | None = None,
+                 target: Target | None = None) -> list[tuple[int, Function]]:
+        """Those of `groups` ((index, group) pairs) that `lower` would have to lower: none have a key
+        inside someone else's knob context, so none are listed there."""
+        if knobs._ACTIVE.get() is not None:
+            return []
+        key = (target or Target.host()).key
+        return [(n, fn) for n, fn in groups if not self.path(kernel_key(fn, _config(fn, tuned), key)).exists()]
+
     def lower(self, fn: Function, name: str, tuned: Tuned | None = None, target: Target | None = None) -> Kernel:
         target = target or Target.host()
-        config = tuned.config_for(fn) if tuned is not None and tuned.configs else None
+        config = _config(fn, tuned)
         # NOTE: inside someone else's knob context (a tuner exploring) the key would miss its config
         outer = knobs._ACTIVE.get() is not None
         path = None if outer else self.path(kernel_key(fn, config, target.key))
@@ -138,6 +147,11 @@ class KernelCache:
             return None
         out_types = list(fn.body.type.fields) if isinstance(fn.body.type, TupleType) else [fn.body.type]
         return Kernel(func, consts, len(fn.params), out_types, sig)
+
+
+def _config(fn: Function, tuned: Tuned | None) -> dict[str, object] | None:
+    """The knob config `fn` is lowered with: its tuning record's, if any."""
+    return tuned.config_for(fn) if tuned is not None and tuned.configs else None
 
 
 def _const_specs(consts: list[np.ndarray]) -> list[list[Any]]:

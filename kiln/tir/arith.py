@@ -10,12 +10,14 @@ inclusive (lo, hi) intervals, either side None for unbounded.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kiln.tir import expr as E
 from kiln.tir.bound import BoundAnalyzer, Interval, VarBounds, fits
 from kiln.tir.eval import INTRINSICS, eval_expr, wrap_int
 from kiln.tir.expr import is_float, lanes_of
-from kiln.tir.functor import children, map_expr, substitute, uses_var
+from kiln.tir.functor import Memo, children, map_expr, substitute, uses_var
 from kiln.tir.poly import Mono, Poly, centered, exact_bound, from_poly, to_poly
 
 _IMM = (E.IntImm, E.FloatImm)
@@ -52,13 +54,22 @@ class Simplifier:
 
     def __init__(self, bounds: VarBounds | None = None):
         self.ba = BoundAnalyzer(bounds)
+        # one memo per scope: a result depends only on the node and the bounds, which stay fixed
+        # inside one scope, so the copies of an unrolled body (siblings in one scope) share their work
+        self._memos: list[Memo] = [{}]
 
-    def scope(self, v: E.Var, iv: tuple[int | None, int | None]):
+    @contextmanager
+    def scope(self, v: E.Var, iv: tuple[int | None, int | None]) -> Iterator[None]:
         """A `with` block inside which `v` lies in the inclusive interval `iv`."""
-        return self.ba.scope(v, *iv)
+        with self.ba.scope(v, *iv):
+            self._memos.append({})
+            try:
+                yield
+            finally:
+                self._memos.pop()
 
     def __call__(self, e: E.PrimExpr) -> E.PrimExpr:
-        return map_expr(e, self._rewrite, self._decided)
+        return map_expr(e, self._rewrite, self._decided, self._memos[-1])
 
     @staticmethod
     def _decided(e: E.PrimExpr, go) -> E.PrimExpr | None:

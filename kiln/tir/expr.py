@@ -9,7 +9,7 @@ FloorDiv/FloorMod for index arithmetic, TruncDiv/TruncMod for C semantics (ONNX 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,23 @@ def with_lanes(dtype: str, lanes: int) -> str:
 
 def is_float(dtype: str) -> bool:
     return elem_of(dtype) in ("float16", "bfloat16", "float32", "float64")
+
+
+class _derived:
+    """A dtype derived from the operands, computed once per node: the value goes into the instance's dict
+    (not a field, so equality and hashing never see it), where it hides this descriptor. Asking a sum's
+    dtype walked its whole left spine, a tenth of lowering's calls. functools.cached_property would do,
+    but for its lock per class, held while it computes: two threads computing nested dtypes of
+    different classes could each wait for the other's."""
+
+    def __init__(self, fn: Callable[[Any], str]):
+        self.fn = fn
+
+    def __get__(self, node: Any, owner: type | None = None) -> Any:
+        if node is None:
+            return self
+        value = node.__dict__["dtype"] = self.fn(node)
+        return value
 
 
 class PrimExpr:
@@ -109,7 +126,7 @@ class BinaryOp(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.a.dtype
 
@@ -131,7 +148,7 @@ class CmpOp(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return with_lanes("bool", lanes_of(self.a.dtype))
 
@@ -149,7 +166,7 @@ class And(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.a.dtype
 
@@ -159,7 +176,7 @@ class Or(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.a.dtype
 
@@ -168,7 +185,7 @@ class Or(PrimExpr):
 class Not(PrimExpr):
     a: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.a.dtype
 
@@ -181,7 +198,7 @@ class Select(PrimExpr):
     t: PrimExpr
     f: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.t.dtype
 
@@ -207,7 +224,7 @@ class Let(PrimExpr):
     value: PrimExpr
     body: PrimExpr
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.body.dtype
 
@@ -220,7 +237,7 @@ class Ramp(PrimExpr):
     stride: PrimExpr
     lanes: int
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return with_lanes(self.base.dtype, self.lanes)
 
@@ -230,7 +247,7 @@ class Broadcast(PrimExpr):
     value: PrimExpr
     lanes: int
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return with_lanes(self.value.dtype, self.lanes)
 
@@ -240,7 +257,7 @@ class BufferLoad(PrimExpr):
     buffer: Any  # kiln.tir.stmt.Buffer
     indices: tuple[PrimExpr, ...]
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         lanes = max((lanes_of(i.dtype) for i in self.indices), default=1)
         return with_lanes(self.buffer.dtype, lanes)
@@ -253,7 +270,7 @@ class ProducerLoad(PrimExpr):
     producer: Any  # kiln.te.Tensor
     indices: tuple[PrimExpr, ...]
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.producer.dtype
 
@@ -269,7 +286,7 @@ class Reduce(PrimExpr):
     condition: PrimExpr | None = None
     value_index: int = 0
 
-    @property
+    @_derived
     def dtype(self) -> str:  # type: ignore[override]
         return self.source[self.value_index].dtype
 

@@ -7,7 +7,7 @@ expressions never renames a binder, and buffers are replaced only by passes that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 
 from kiln.tir.expr import Let, PrimExpr, Var
@@ -15,6 +15,7 @@ from kiln.tir.stmt import For, LetStmt, PrimFunc, Stmt
 
 _BINDERS = {(Let, "var"), (LetStmt, "var"), (For, "loop_var")}
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_INIT: dict[type, tuple[str, ...]] = {}
 
 Node = PrimExpr | Stmt
 ExprFn = Callable[[PrimExpr], PrimExpr]
@@ -34,50 +35,78 @@ def _is_child(v: object) -> bool:
 
 def children(node: Node) -> Iterator[Node]:
     """The direct child expressions and statements of `node`, in field order."""
+    return iter(_child_list(node))
+
+
+def _child_list(node: Node) -> list[Node]:
+    """children(node) as a list: walks run through here once per node, where a generator's overhead
+    was most of their time."""
     if isinstance(node, Var):
-        return
+        return []
+    out = []
     for name in _child_fields(type(node)):
         v = getattr(node, name)
-        if _is_child(v):
-            yield v
+        if isinstance(v, (PrimExpr, Stmt)):
+            out.append(v)
         elif isinstance(v, tuple):
-            yield from (x for x in v if _is_child(x))
+            out.extend([x for x in v if isinstance(x, (PrimExpr, Stmt))])
+    return out
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
+    """Names of the constructor's fields in order (cached per class): rebuild passes them positionally."""
+    if cls not in _INIT:
+        _INIT[cls] = tuple(f.name for f in fields(cls) if f.init)
+    return _INIT[cls]
+
+
+def _map_tuple(v: tuple, fexpr: ExprFn, fstmt: StmtFn) -> tuple:
+    """A tuple field with its child nodes mapped (nested tuples too); the same tuple when none changed."""
+    new = tuple(fexpr(x) if isinstance(x, PrimExpr) else fstmt(x) if isinstance(x, Stmt)
+                else _map_tuple(x, fexpr, fstmt) if isinstance(x, tuple) and any(_is_child(y) for y in x) else x
+                for x in v)
+    return v if all(a is b for a, b in zip(new, v)) else new
 
 
 def rebuild(node: Node, fexpr: ExprFn, fstmt: StmtFn) -> Node:
     """`node` with each child expression mapped by `fexpr` and each child statement by `fstmt`;
-    the same object when nothing changed (keeps sharing, makes no-op passes cheap)."""
+    the same object when nothing changed (keeps sharing, makes no-op passes cheap). Every pass runs
+    through here once per node, so it reads the class's field layout from a cache and builds the
+    node positionally (dataclasses.fields per call was a fifth of lowering's time)."""
     if isinstance(node, Var):
         return node
-
-    def f(v):
-        if isinstance(v, PrimExpr):
-            return fexpr(v)
-        if isinstance(v, Stmt):
-            return fstmt(v)
-        if isinstance(v, tuple) and any(_is_child(x) for x in v):
-            new = tuple(f(x) for x in v)
-            return v if all(a is b for a, b in zip(new, v)) else new
-        return v
-
-    changed = {}
+    changed = None
     for name in _child_fields(type(node)):
         old = getattr(node, name)
-        new = f(old)
+        if isinstance(old, PrimExpr):
+            new = fexpr(old)
+        elif isinstance(old, Stmt):
+            new = fstmt(old)
+        elif isinstance(old, tuple) and any(_is_child(x) for x in old):
+            new = _map_tuple(old, fexpr, fstmt)
+        else:
+            continue
         if new is not old:
+            if changed is None:
+                changed = {}
             changed[name] = new
-    if not changed:
+    if changed is None:
         return node
-    args = {fl.name: changed.get(fl.name, getattr(node, fl.name)) for fl in fields(node) if fl.init}
-    return type(node)(**args)
+    return type(node)(*[changed[n] if n in changed else getattr(node, n) for n in _init_fields(type(node))])
+
+
+Memo = dict[int, tuple[PrimExpr, PrimExpr]]  # id(node) -> (node, its rewrite); holding node keeps its id unique
 
 
 def map_expr(e: PrimExpr, f: Callable[[PrimExpr], PrimExpr | None],
-             pre: Callable[[PrimExpr, ExprFn], PrimExpr | None] | None = None) -> PrimExpr:
+             pre: Callable[[PrimExpr, ExprFn], PrimExpr | None] | None = None, memo: Memo | None = None) -> PrimExpr:
     """Post-order rewrite: children first, then `f(node)` (None keeps the rebuilt node).
     Shared subexpressions are rewritten once. `pre(node, go)`, when given, sees each node first and
-    may answer for it (mapping only the children it needs through `go`); None goes on as usual."""
-    memo: dict[int, tuple[PrimExpr, PrimExpr]] = {}
+    may answer for it (mapping only the children it needs through `go`); None goes on as usual.
+    `memo`, when given, is shared with other calls of the same rewrite: a node met again (the
+    subtrees an unrolled loop's copies share) answers from it; only for a rewrite that depends on
+    nothing but the node."""
+    memo = {} if memo is None else memo
 
     def go(x: PrimExpr) -> PrimExpr:
         hit = memo.get(id(x))
@@ -121,7 +150,7 @@ def walk(node: Node) -> Iterator[Node]:
             continue
         seen.add(id(x))
         yield x
-        stack.extend(reversed(list(children(x))))
+        stack.extend(reversed(_child_list(x)))
 
 
 def free_vars(node: Node) -> set[Var]:
@@ -146,3 +175,43 @@ def substitute(node, vmap: dict[Var, PrimExpr]):
     if isinstance(node, PrimExpr):
         return fe(node)
     return map_stmt(node, fe)
+
+
+def _nodes_using(node: Node, v: Var) -> set[int]:
+    """ids of the nodes under `node` (itself included) whose subtree holds `v` (one post-order walk)."""
+    memo: dict[int, bool] = {}
+    keep: list[Node] = []  # the nodes memo's ids name stay alive while it is read
+
+    def uses(x: Node) -> bool:
+        hit = memo.get(id(x))
+        if hit is None:
+            hit = x is v or any([uses(c) for c in _child_list(x)])
+            memo[id(x)] = hit
+            keep.append(x)
+        return hit
+
+    uses(node)
+    return {k for k, used in memo.items() if used}
+
+
+def instances(node: Stmt, v: Var, values: Iterable[PrimExpr]) -> list[Stmt]:
+    """`substitute(node, {v: value})` for each of `values`: the subtrees that do not use `v` are found
+    once and shared by every copy, so unrolling a loop of n iterations walks only the part of its body
+    that reads the index n times (substitute walked the whole body per iteration)."""
+    using = _nodes_using(node, v)
+    out = []
+    for value in values:
+        memo: dict[int, Node] = {}
+
+        def go(x: Node, value: PrimExpr = value, memo: dict[int, Node] = memo) -> Node:
+            if id(x) not in using:
+                return x
+            if x is v:
+                return value
+            hit = memo.get(id(x))
+            if hit is None:
+                hit = memo[id(x)] = rebuild(x, go, go)
+            return hit
+
+        out.append(go(node))
+    return out

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.tir import expr as E
-from kiln.tir.arith import prove, simplify
+from kiln.tir.arith import Simplifier, prove, simplify
 from kiln.tir.eval import eval_expr
 from tests.tir.exprs import DTYPES, VARS, int_exprs, points, var_bounds
 
@@ -136,3 +136,18 @@ def test_a_decided_select_never_simplifies_its_other_branch(monkeypatch):
     e = E.select(E.eq(E.IntImm(0) * 4 + 2, 2), (i + 1) * 1 - 1, dead * 2 + dead)
     assert simplify(e) == i
     assert seen and all(dead not in free_vars(x) for x in seen)
+
+
+def test_a_scope_has_its_own_memo_and_the_outer_one_comes_back_after_it():
+    """One node simplified outside, inside and again outside a scope that bounds its var: each answer
+    is the one its bounds give (the memo of a scope never answers outside it)."""
+    i = E.Var("i")
+    e = E.FloorDiv(i, E.IntImm(4))
+    sim = Simplifier()
+    assert sim(e) == e
+    with sim.scope(i, (0, 3)):
+        assert sim(e) == E.IntImm(0)
+        with sim.scope(i, (4, 7)):
+            assert sim(e) == E.IntImm(1)
+        assert sim(e) == E.IntImm(0)
+    assert sim(e) == e

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kiln.tir import expr as E
-from kiln.tir.functor import free_vars, map_expr, substitute, walk
+from kiln.tir.functor import free_vars, instances, map_expr, substitute, walk
+from kiln.tir.stmt import For
 from tests.tir import nests
 
 
@@ -43,3 +44,13 @@ def test_map_expr_pre_answers_for_a_node_before_its_children():
 
     assert map_expr(e, lambda x: seen.append(x) or None, pre) == i + 1
     assert all(j not in free_vars(x) for x in seen)  # the branch pre skipped is never mapped
+
+
+def test_instances_equal_one_substitute_per_value_and_share_what_does_not_use_the_var():
+    loop_ki = next(x for x in walk(nests.matmul().body) if isinstance(x, For) and x.loop_var.name == "ki")
+    values = [E.IntImm(k) for k in range(4)]
+    copies = instances(loop_ki.body, loop_ki.loop_var, values)
+    assert [str(c) for c in copies] == [str(substitute(loop_ki.body, {loop_ki.loop_var: v})) for v in values]
+    c_load = copies[0].body.value.a  # C[i, j]: no ki in it, so every copy holds the same object
+    assert all(c.body.value.a is c_load for c in copies)
+    assert copies[0].body.value.b is not copies[1].body.value.b

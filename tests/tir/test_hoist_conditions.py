@@ -121,3 +121,17 @@ def test_a_run_whose_copies_would_pass_max_nodes_stays(monkeypatch):
     monkeypatch.setattr(sys.modules["kiln.tir.transform.hoist_conditions"], "MAX_NODES", 50)
     f = padded_rows()
     assert hoist_conditions(f).body.body == f.body.body
+
+
+def test_a_tie_hoists_the_condition_that_comes_first_whatever_the_vars_addresses():
+    """Two conditions tested equally often: the one the run tests first is hoisted. Before, the count
+    came from a set, whose order follows the hashes of the Vars inside (addresses): another process
+    could hoist the other one and render other C for the same model."""
+    a, out = buf("a", 8), buf("out", 8)
+    for _ in range(8):  # fresh Vars each time: other addresses, other hashes
+        y, z = Var("y"), Var("z")
+        first, second = y < 4, z < 4
+        stmts = tuple(IfThenElse(tir.all_of([first, second]), BufferStore(out, a[k], (tir.const(k),)))
+                      for k in range(2))
+        f = PrimFunc("tie", (a, out), loop(y, 8, loop(z, 8, SeqStmt(stmts))))
+        assert hoist_conditions(f).body.body.body.cond == first

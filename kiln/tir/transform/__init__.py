@@ -16,7 +16,7 @@ LOWER_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify,
 
 def lower_passes(func: PrimFunc, skip: tuple[str, ...] = ()) -> PrimFunc:
     """Run the standard tir pipeline (less the passes named in `skip`): the PrimFunc the C backend
-    receives."""
+    receives. A pass that changes nothing returns its argument, so the simplify after it is skipped."""
     simplified = None  # the function as the last simplify returned it: simplify is idempotent
     for p in LOWER_PIPELINE:
         if p.__name__ in skip or (p is simplify and func is simplified):

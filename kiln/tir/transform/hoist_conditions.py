@@ -42,11 +42,13 @@ def _atoms(cond: E.PrimExpr) -> list[E.PrimExpr]:
 
 
 def _branch_conditions(stmts: tuple[S.Stmt, ...]) -> Counter:
-    """How many of the run's own branches (not those nested in loops) test each conjunct."""
+    """How many of the run's own branches (not those nested in loops) test each conjunct, in the order
+    they first appear: most_common breaks ties by that order. (A set's order follows the hashes of the
+    Vars inside, which are addresses: the same model hoisted another condition in another process.)"""
     counts: Counter = Counter()
     for s in stmts:
         if isinstance(s, S.IfThenElse) and not any(isinstance(x, E.BufferLoad) for x in walk(s.cond)):
-            counts.update(set(_atoms(s.cond)))
+            counts.update(list(dict.fromkeys(_atoms(s.cond))))  # a list: a mapping would be counts
     return counts
 
 

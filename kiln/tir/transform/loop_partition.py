@@ -158,4 +158,4 @@ def partition_stmt(s: S.Stmt, sim: Simplifier) -> S.Stmt:
 def loop_partition(func: S.PrimFunc) -> S.PrimFunc:
     """Split loops at the point where their upper-bound guards stop holding."""
     body = partition_stmt(func.body, Simplifier(shape_bounds(func)))
-    return S.PrimFunc(func.name, func.params, body, func.attrs)
+    return func if body is func.body else S.PrimFunc(func.name, func.params, body, func.attrs)

@@ -73,4 +73,4 @@ def shape_bounds(func: S.PrimFunc) -> dict[E.Var, tuple[int, int]]:
 def simplify(func: S.PrimFunc) -> S.PrimFunc:
     """Simplify every expression of `func` using loop bounds; drop dead loops and decided ifs."""
     body = simplify_stmt(func.body, Simplifier(shape_bounds(func)))
-    return S.PrimFunc(func.name, func.params, body, func.attrs)
+    return func if body is func.body else S.PrimFunc(func.name, func.params, body, func.attrs)

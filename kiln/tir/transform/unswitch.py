@@ -79,4 +79,5 @@ def _unswitch(s: S.Stmt) -> S.Stmt | None:
 
 def unswitch(func: S.PrimFunc) -> S.PrimFunc:
     """Hoist loop-invariant select conditions out of simd loops (see the module docstring)."""
-    return S.PrimFunc(func.name, func.params, map_stmt(func.body, fstmt=_unswitch), func.attrs)
+    body = map_stmt(func.body, fstmt=_unswitch)
+    return func if body is func.body else S.PrimFunc(func.name, func.params, body, func.attrs)

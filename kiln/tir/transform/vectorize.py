@@ -102,4 +102,5 @@ def _vectorize(s: S.Stmt) -> S.Stmt | None:
 
 def vectorize(func: S.PrimFunc) -> S.PrimFunc:
     """Turn VECTORIZED loops into vector statements, or SERIAL loops marked simd."""
-    return S.PrimFunc(func.name, func.params, map_stmt(func.body, fstmt=_vectorize), func.attrs)
+    body = map_stmt(func.body, fstmt=_vectorize)
+    return func if body is func.body else S.PrimFunc(func.name, func.params, body, func.attrs)
