@@ -8,18 +8,23 @@
  *
  * Runs: the thread that calls an AOT entry (or a kernel) first binds a run control block to itself
  * with kiln_run_begin. Its launches go to the workers of the partition named there, and check the
- * block's cancel flag at every chunk boundary. kiln_run_cancel (from any thread) makes the running
- * launch return KILN_PREEMPTED once the chunks already started have finished; the AOT entry then
- * stops and reports the step it stopped in, and a later call resumes from that step. */
+ * block's cancel flag at every chunk boundary; tasks read it inside their chunks too, where the
+ * code generator put checkpoints. kiln_run_cancel (from any thread) makes the running launch return
+ * KILN_PREEMPTED once the chunks already started have finished or stopped at a checkpoint; the AOT
+ * entry then stops and reports the step it stopped in, and a later call resumes from that step.
+ * Version 2: tasks take the cancel flag, kiln_run_enter_step returns a status, dynamic chunks are
+ * balanced over the partition. */
 #ifndef KILN_POOL_H
 #define KILN_POOL_H
 #include <stdint.h>
 
-#define KILN_POOL_ABI 1
+#define KILN_POOL_ABI 2
 #define KILN_PREEMPTED 1 /* positive: not an error; every error code is negative */
 
-/* Run one chunk, iterations [begin, end) of the lifted loop. KILN_OK or an error code. */
-typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end);
+/* Run one chunk, iterations [begin, end) of the lifted loop. KILN_OK, an error code, or
+ * KILN_PREEMPTED where the task saw *cancel non-zero at a checkpoint inside the chunk (read it with a
+ * relaxed atomic load; the chunk then runs again from `begin` when the launch resumes). */
+typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end, const int32_t* cancel);
 
 /* Launch flags. RESUMABLE: the task writes only buffers that outlive the kernel (its parameters),
  * so after a preemption a resumed launch may skip the chunks that had finished. Without it a
@@ -27,8 +32,8 @@ typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end);
 #define KILN_LAUNCH_RESUMABLE 1
 
 /* Run fn over [0, n) on the calling thread's partition (the caller works too). grain 0: static
- * chunking, one contiguous range per worker; grain g > 0: dynamic chunks of g iterations taken by
- * whichever worker is free. Returns KILN_OK, the first error a chunk returned, or KILN_PREEMPTED.
+ * chunking, one contiguous range per worker; grain g > 0: dynamic chunks of at most g iterations,
+ * as many as a multiple of the partition's cores (near-equal), taken by whichever worker is free. Returns KILN_OK, the first error a chunk returned, or KILN_PREEMPTED.
  * Without a bound run (or with a partition of one core) it runs every chunk on the caller. */
 int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t grain, int32_t flags);
 
@@ -43,8 +48,10 @@ void kiln_run_end(void);
 /* From any thread: the bound run's launches return KILN_PREEMPTED at their next chunk boundary. */
 void kiln_run_cancel(kiln_run_t* run);
 /* Called by the AOT entry before each kernel call: launches are numbered within a step, so a
- * resumed step can find the launch that was preempted (and, if RESUMABLE, its finished chunks). */
-void kiln_run_enter_step(int32_t step);
+ * resumed step can find the launch that was preempted (and, if RESUMABLE, its finished chunks).
+ * A checkpoint: KILN_PREEMPTED when the bound run was cancelled (the entry stops before the step),
+ * else KILN_OK. */
+int32_t kiln_run_enter_step(int32_t step);
 
 int32_t kiln_pool_abi(void); /* KILN_POOL_ABI of the loaded library */
 #endif

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 POOL_DIR = Path(__file__).with_name("pool")
 HEADER = Path(__file__).with_name("kiln_pool.h")
 SOURCE = POOL_DIR / "kiln_pool.c"
-ABI = 1  # KILN_POOL_ABI of kiln_pool.h
+ABI = 2  # KILN_POOL_ABI of kiln_pool.h
 FLAGS: tuple[str, ...] = ("-O2", "-fPIC", "-shared", "-pthread", "-std=gnu11")
 
 _lock = threading.Lock()
@@ -83,6 +83,6 @@ def _declare(lib: ctypes.CDLL) -> None:
                             ("kiln_pool_configure", i32, [i32, i32, i32]), ("kiln_run_new", ptr, []),
                             ("kiln_run_free", None, [ptr]), ("kiln_run_begin", None, [ptr, i32, i32]),
                             ("kiln_run_end", None, []), ("kiln_run_cancel", None, [ptr]),
-                            ("kiln_run_enter_step", None, [i32])):
+                            ("kiln_run_enter_step", i32, [i32])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args

@@ -29,7 +29,7 @@ POOL_CORES = 4  # more workers than this machine may have CPUs: correctness does
 class Counter(ctypes.Structure):
     _fields_ = [("hits", ctypes.c_void_p), ("tids", ctypes.c_void_p), ("chunks", ctypes.c_void_p),
                 ("fail_at", ctypes.c_int64), ("fail_code", ctypes.c_int32), ("cancel_at", ctypes.c_int64),
-                ("run", ctypes.c_void_p), ("inner", ctypes.c_int64)]
+                ("run", ctypes.c_void_p), ("inner", ctypes.c_int64), ("checks", ctypes.c_int32)]
 
 
 class Tasks:
@@ -43,10 +43,10 @@ class Tasks:
         lib.thread_id.restype = ctypes.c_int64
 
     def counter(self, n: int, *, fail_at: int = -1, fail_code: int = 0, cancel_at: int = -1, run=None,
-                inner: int = 0) -> tuple[Counter, dict[str, np.ndarray]]:
+                inner: int = 0, checks: bool = False) -> tuple[Counter, dict[str, np.ndarray]]:
         arrays = {"hits": np.zeros(max(n, 1), np.int32), "tids": np.zeros(max(n, 1), np.int64),
                   "chunks": np.zeros(1, np.int32)}
-        c = Counter(*(a.ctypes.data for a in arrays.values()), fail_at, fail_code, cancel_at, run, inner)
+        c = Counter(*(a.ctypes.data for a in arrays.values()), fail_at, fail_code, cancel_at, run, inner, checks)
         return c, arrays
 
     def launch(self, c: Counter, n: int, grain: int, flags: int = 0) -> int:
@@ -96,8 +96,13 @@ def test_every_iteration_runs_once(pool, tasks, cores, grain):
         with Bound(pool, 0, cores):
             assert tasks.launch(c, n, grain) == 0
         assert (a["hits"][:n] == 1).all(), (n, grain, cores)
-        chunks = 0 if n == 0 else -(-n // grain) if grain else min(n, cores)
+        # dynamic: ceil(n / grain) chunks rounded up to a multiple of the cores (balance), at most n
+        chunks = min(n, _ceil(_ceil(n, grain), cores) * cores) if grain else min(n, cores)
         assert a["chunks"][0] == chunks
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def test_without_a_run_the_caller_runs_everything_at_once(pool, tasks):
@@ -153,6 +158,51 @@ def test_cancel_preempts_and_a_resumable_launch_skips_its_finished_chunks(pool, 
         assert (sa["hits"] == 2).all()
     finally:
         pool.kiln_run_free(run)
+
+
+def test_a_checkpoint_inside_a_chunk_stops_it_and_the_resume_reruns_that_chunk(pool, tasks):
+    """One core, chunks of 10: the cancel at iteration 42 is seen inside chunk 4 (iterations 40..49),
+    which stops after 42; the resume skips chunks 0-3 and runs chunk 4 again from 40."""
+    run = pool.kiln_run_new()
+    try:
+        c, a = tasks.counter(100, cancel_at=42, run=run, checks=True)
+        with Bound(pool, 0, 1, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == PREEMPTED
+        assert (a["hits"][:43] == 1).all() and (a["hits"][43:] == 0).all()
+        c.cancel_at = -1
+        with Bound(pool, 0, 1, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == 0
+        assert (a["hits"][:40] == 1).all() and (a["hits"][40:43] == 2).all() and (a["hits"][43:] == 1).all()
+    finally:
+        pool.kiln_run_free(run)
+
+
+@pytest.mark.parametrize("cores", [1, 2, POOL_CORES])
+def test_checkpoints_inside_chunks_stop_every_worker(pool, tasks, cores):
+    run = pool.kiln_run_new()
+    try:
+        c, a = tasks.counter(4000, cancel_at=100, run=run, checks=True)
+        with Bound(pool, 0, cores, run):
+            assert tasks.launch(c, 4000, 1000, RESUMABLE) == PREEMPTED
+        assert 101 <= int(a["hits"].sum()) < 4000  # every chunk stopped at its next iteration
+    finally:
+        pool.kiln_run_free(run)
+
+
+def test_a_step_boundary_is_a_checkpoint(pool):
+    run = pool.kiln_run_new()
+    try:
+        with Bound(pool, 0, 1, run):
+            assert pool.kiln_run_enter_step(0) == 0
+            pool.kiln_run_cancel(run)
+            assert pool.kiln_run_enter_step(1) == PREEMPTED
+        with Bound(pool, 0, 1, run):  # a fresh begin clears the cancel
+            assert pool.kiln_run_enter_step(1) == 0
+    finally:
+        pool.kiln_run_free(run)
+    assert pool.kiln_run_enter_step(0) == 0  # no run bound: nothing to stop
 
 
 @pytest.mark.parametrize("change", ["not resumable", "other grain", "other step"])

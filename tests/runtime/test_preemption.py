@@ -42,7 +42,7 @@ def test_the_resumable_entry_marks_every_step(chain):
     cm, _, _ = chain
     entry = cm.library.source.code.split("kiln_model_run_from(", 1)[1]
     steps = len(cm.runner.memory_report().order)
-    assert [f"kiln_run_enter_step({i});" in entry for i in range(steps + 1)] == [True] * steps + [False]
+    assert [f"kiln_run_enter_step({i})" in entry for i in range(steps + 1)] == [True] * steps + [False]
 
 
 def test_a_cancel_from_another_thread_preempts_and_resume_equals_the_uninterrupted_run(chain):
@@ -127,3 +127,32 @@ def test_a_saved_model_loads_preemptible(chain, tmp_path):
     r = run.run()
     t.join()
     assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
+
+
+def test_the_kernels_check_for_a_cancel_inside_their_chunks(chain):
+    cm, _, _ = chain
+    assert "__atomic_load_n(kiln_cancel, __ATOMIC_RELAXED)) { _kerr = KILN_PREEMPTED;" in cm.library.source.code
+
+
+def test_cancels_at_random_times_resume_to_the_same_outputs(chain):
+    """Cancels anywhere in the run (between kernels, between chunks, at checkpoints inside chunks):
+    every run, resumed as often as it is stopped, ends with the uninterrupted run's outputs."""
+    cm, feeds, want = chain
+    t0 = time.perf_counter()
+    cm.run(feeds)
+    whole = time.perf_counter() - t0
+    rng = np.random.default_rng(7)
+    preempted = 0
+    for _ in range(12):
+        run = cm.start(feeds)
+        while True:
+            started = threading.Event()
+            t = _cancel_after(run, float(rng.uniform(0.0, whole)), started)
+            started.set()
+            r = run.run()
+            t.join()
+            if not r.preempted:
+                break
+            preempted += 1
+        assert np.array_equal(r.outputs[0], want[0])
+    assert preempted

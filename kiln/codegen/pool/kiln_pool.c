@@ -14,19 +14,27 @@
  * mailbox is empty, and takes back at the end what no worker picked up: a busy worker never
  * delays a launch, it only gives it fewer hands.
  *
- * Chunks. A launch splits [0, n) into chunks, numbered: grain 0 gives one near-equal contiguous
- * range per slot of the partition (static), grain g gives ceil(n / g) chunks of g iterations
- * (dynamic). Every participant takes the next chunk number from one atomic counter, so whoever is
+ * Chunks. A launch splits [0, n) into near-equal contiguous ranges, numbered: grain 0 gives one
+ * range per slot of the partition (static); grain g gives ceil(n / g) ranges rounded up to a
+ * multiple of the slots (dynamic: no range is longer than g). The rounding is for balance: 7 chunks
+ * of g on 2 threads keep one thread busy for 4 while the other idles after 3 (resnet18's largest
+ * convolution lost a quarter of its time so against OpenMP's even halves); 8 ranges of 7/8 g end
+ * together. Every participant takes the next chunk number from one atomic counter, so whoever is
  * free works (a late worker's static range is done by the caller). Before taking a chunk a
  * participant checks the launch's stop flag (an error) and the run's cancel flag: these are the
- * checkpoints. The launch returns when every taken chunk has finished.
+ * checkpoints. Inside a chunk the task reads the cancel flag too, through the pointer it is given,
+ * at the loop iterations kiln.codegen.c_launch marks (those of tens of thousands of operations), and
+ * returns KILN_PREEMPTED there: a chunk of one long iteration would otherwise make a cancel wait
+ * for all of it. The launch returns when every taken chunk has returned.
  *
  * Results. The first non-zero code a chunk returns is the launch's result, and no chunk starts
  * after it. A cancel seen at a checkpoint stops the launch: KILN_PREEMPTED, unless every chunk
  * had already been taken (then it completed, and the next launch of the run stops at once).
  *
  * Resuming. Chunks are taken in order and a checkpoint comes before the take, so when a launch
- * stops the finished chunks are exactly the prefix [0, taken). The run block records the step
+ * stops the finished chunks include the prefix [0, done): done is the number taken, or the first
+ * chunk a task stopped inside if lower (chunks after that one that finished run again on a resume,
+ * which is safe as re-running an earlier launch is, below). The run block records the step
  * (kiln_run_enter_step), the launch's ordinal within the step, its chunking and that prefix. When
  * the same step runs again, launches are counted again from 0: the earlier ones re-run in full
  * (they refill the kernel's local scratch buffers, which did not survive the stop); the recorded
@@ -38,6 +46,8 @@
  *  - a RESUMABLE launch writes only the kernel's parameters (buffers that outlive the kernel) and
  *    scratch it allocates per iteration, and nothing else in the kernel writes those parameters
  *    (kiln.codegen.c_launch decides): its finished chunks' results are still in place and final;
+ *  - a chunk a task stopped inside runs again from its first iteration, rewriting whatever it
+ *    wrote before the stop;
  *  - a kernel returns as soon as a launch returns non-zero, so nothing ran after the stop;
  *  - the memory plan keeps a stopped run's live tensors: the arena is not reused until the run
  *    completes or is abandoned.
@@ -48,6 +58,10 @@
  * caller, in one call: a kernel called outside an executor (a test, the tuner) is serial. A
  * launch from inside a task (a task that launches) also runs serially inside that task, and its
  * chunks are part of the enclosing chunk (no checkpoints of its own).
+ *
+ * Steps. kiln_run_enter_step is a checkpoint too: the AOT entry stops before a step when the run
+ * was cancelled, so a cancel during a kernel that launches nothing (a serial one) is seen when it
+ * ends rather than at the next launch.
  *
  * Beyond kiln_pool.h this library exports kiln_pool_configure and kiln_pool_cores for Kiln's
  * runtime object (kiln/runtime/thread_pool.py, through ctypes). Linux only (futex, affinity). */
@@ -80,15 +94,19 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+/* NOTE: the counters that every participant writes sit on cache lines of their own: on the line
+ * that holds fn, closure and the sizes (read for every chunk) the chunk counter's writes made each
+ * read a miss. */
 typedef struct job {
   kiln_task_fn fn;
   void* closure;
-  int64_t n, grain, nchunks; /* grain 0: nchunks near-equal ranges; else chunks of grain iterations */
-  _Atomic int64_t next;      /* the next chunk to take */
-  _Atomic int32_t rc;        /* the first non-zero code a chunk returned */
-  _Atomic int32_t stop;      /* an error or a cancel was seen: no chunk starts any more */
-  _Atomic int32_t holders;   /* workers that took this job from their mailbox and have not left it */
-  _Atomic int32_t* cancel;   /* the bound run's cancel flag */
+  int64_t n, nchunks;
+  const int32_t* cancel;                /* the bound run's cancel flag, as tasks read it */
+  _Alignas(64) _Atomic int64_t next;    /* the next chunk to take */
+  _Alignas(64) _Atomic int64_t aborted; /* the first chunk a task stopped inside (nchunks: none) */
+  _Atomic int32_t rc;                   /* the first error a chunk returned */
+  _Atomic int32_t stop;                 /* an error or a cancel was seen: no chunk starts any more */
+  _Alignas(64) _Atomic int32_t holders; /* workers that took this job from their mailbox and have not left it */
 } job_t;
 
 typedef struct {
@@ -105,7 +123,7 @@ struct kiln_run {
   int32_t step, launches;  /* the step entered last, launches started in it */
   int32_t stopped;         /* a record of a stopped launch follows */
   int32_t stop_step, stop_launch;
-  int64_t stop_n, stop_grain, stop_nchunks, stop_done;
+  int64_t stop_n, stop_nchunks, stop_done;
 };
 
 static _Atomic(worker_t*) workers[MAX_CORES];
@@ -115,6 +133,7 @@ static _Atomic int32_t spin_us = DEFAULT_SPIN_US;
 static _Atomic int32_t pin = 0;
 static __thread kiln_run_t* bound_run = NULL;
 static __thread int32_t in_task = 0;
+static const int32_t never_cancelled = 0; /* what tasks of a launch without a run read */
 
 static int32_t allowed_cpus(cpu_set_t* set) {
   CPU_ZERO(set);
@@ -162,14 +181,23 @@ static void futex(_Atomic uint32_t* word, int op, uint32_t value) {
 }
 
 static void chunk_range(const job_t* j, int64_t c, int64_t* begin, int64_t* end) {
-  if (j->grain > 0) {
-    *begin = c * j->grain;
-    *end = j->n - *begin < j->grain ? j->n : *begin + j->grain;
-    return;
-  }
   int64_t q = j->n / j->nchunks, r = j->n % j->nchunks;
   *begin = c * q + (c < r ? c : r);
   *end = *begin + q + (c < r ? 1 : 0);
+}
+
+/* Chunks of a launch of n iterations on `slots` threads (see "Chunks" above). */
+static int64_t chunk_count(int64_t n, int64_t grain, int32_t slots) {
+  if (grain <= 0) return n < slots ? n : slots;
+  int64_t c = (n - 1) / grain + 1;
+  c = (c + slots - 1) / slots * slots;
+  return c < n ? c : n;
+}
+
+static void lower_to(_Atomic int64_t* value, int64_t c) {
+  int64_t seen = atomic_load_explicit(value, memory_order_relaxed);
+  while (c < seen && !atomic_compare_exchange_weak(value, &seen, c)) {
+  }
 }
 
 /* Take chunks until none is left, a chunk failed, or the run is cancelled. */
@@ -178,7 +206,7 @@ static void participate(job_t* j) {
   in_task = 1;
   for (;;) {
     if (atomic_load_explicit(&j->stop, memory_order_relaxed)) break;
-    if (j->cancel != NULL && atomic_load_explicit(j->cancel, memory_order_relaxed)) {
+    if (__atomic_load_n(j->cancel, __ATOMIC_RELAXED)) {
       atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
       break;
     }
@@ -186,8 +214,11 @@ static void participate(job_t* j) {
     if (c >= j->nchunks) break;
     int64_t begin, end;
     chunk_range(j, c, &begin, &end);
-    int32_t rc = j->fn(j->closure, begin, end);
-    if (rc != KILN_POOL_OK) {
+    int32_t rc = j->fn(j->closure, begin, end, j->cancel);
+    if (rc == KILN_PREEMPTED) { /* stopped inside the chunk at a cancel */
+      lower_to(&j->aborted, c);
+      atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
+    } else if (rc != KILN_POOL_OK) {
       int32_t none = KILN_POOL_OK;
       atomic_compare_exchange_strong(&j->rc, &none, rc);
       atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
@@ -280,18 +311,19 @@ static int32_t is_record_of(const kiln_run_t* run, int32_t launch) {
 int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t grain, int32_t flags) {
   if (n <= 0) return KILN_POOL_OK;
   kiln_run_t* run = bound_run;
-  if (run == NULL || in_task) return fn(closure, 0, n);
+  if (run == NULL || in_task) return fn(closure, 0, n, run == NULL ? &never_cancelled : (const int32_t*)&run->cancel);
   int32_t launch = run->launches++, total = cores();
   int32_t first = run->first < total ? run->first : total - 1;
   int32_t slots = run->num < total - first ? run->num : total - first;
   if (slots < 1) slots = 1;
-  job_t j = {.fn = fn, .closure = closure, .n = n, .grain = grain > 0 ? grain : 0, .cancel = &run->cancel};
-  j.nchunks = grain > 0 ? (n - 1) / grain + 1 : (n < slots ? n : slots);
+  job_t j = {.fn = fn, .closure = closure, .n = n, .nchunks = chunk_count(n, grain, slots),
+             .cancel = (const int32_t*)&run->cancel};
   int64_t start = 0;
   if (is_record_of(run, launch) && (flags & KILN_LAUNCH_RESUMABLE) && run->stop_n == n &&
-      run->stop_grain == j.grain && run->stop_nchunks == j.nchunks)
+      run->stop_nchunks == j.nchunks)
     start = run->stop_done;
   atomic_init(&j.next, start);
+  atomic_init(&j.aborted, j.nchunks);
   worker_t* posted[MAX_CORES];
   int32_t count = 0;
   int64_t helpers = j.nchunks - start - 1 < slots - 1 ? j.nchunks - start - 1 : slots - 1;
@@ -305,15 +337,15 @@ int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t 
   collect(posted, count, &j);
   int32_t rc = atomic_load(&j.rc);
   if (rc != KILN_POOL_OK) return rc;
-  int64_t taken = atomic_load(&j.next);
-  if (taken < j.nchunks) { /* stopped by a cancel: every taken chunk has finished */
+  int64_t taken = atomic_load(&j.next), aborted = atomic_load(&j.aborted);
+  int64_t done = taken < aborted ? taken : aborted;
+  if (done < j.nchunks) { /* stopped by a cancel: chunks [0, done) have finished */
     run->stopped = 1;
     run->stop_step = run->step;
     run->stop_launch = launch;
     run->stop_n = n;
-    run->stop_grain = j.grain;
     run->stop_nchunks = j.nchunks;
-    run->stop_done = taken;
+    run->stop_done = done;
     return KILN_PREEMPTED;
   }
   if (is_record_of(run, launch)) run->stopped = 0;
@@ -346,12 +378,13 @@ void kiln_run_end(void) { bound_run = NULL; }
 
 void kiln_run_cancel(kiln_run_t* run) { atomic_store(&run->cancel, 1); }
 
-void kiln_run_enter_step(int32_t step) {
+int32_t kiln_run_enter_step(int32_t step) {
   kiln_run_t* run = bound_run;
-  if (run == NULL) return;
+  if (run == NULL) return KILN_POOL_OK;
   if (run->stopped && run->stop_step != step) run->stopped = 0;
   run->step = step;
   run->launches = 0;
+  return atomic_load_explicit(&run->cancel, memory_order_relaxed) ? KILN_PREEMPTED : KILN_POOL_OK;
 }
 
 int32_t kiln_pool_abi(void) { return KILN_POOL_ABI; }
