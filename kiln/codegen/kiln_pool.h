@@ -12,8 +12,8 @@
  * code generator put checkpoints. kiln_run_cancel (from any thread) makes the running launch return
  * KILN_PREEMPTED once the chunks already started have finished or stopped at a checkpoint; the AOT
  * entry then stops and reports the step it stopped in, and a later call resumes from that step.
- * Version 2: tasks take the cancel flag, kiln_run_enter_step returns a status, dynamic chunks are
- * balanced over the partition. */
+ * Version 2: tasks take the cancel flag, kiln_run_enter_step returns a status, kiln_run_wait,
+ * dynamic chunks are balanced over the partition. */
 #ifndef KILN_POOL_H
 #define KILN_POOL_H
 #include <stdint.h>
@@ -47,6 +47,10 @@ void kiln_run_begin(kiln_run_t* run, int32_t first_core, int32_t num_cores);
 void kiln_run_end(void);
 /* From any thread: the bound run's launches return KILN_PREEMPTED at their next chunk boundary. */
 void kiln_run_cancel(kiln_run_t* run);
+/* From any thread: wait up to timeout_us for `run` to stop (a launch or step boundary returned
+ * KILN_PREEMPTED) or end (kiln_run_end); a run not begun counts as stopped. Returns when it did, in
+ * CLOCK_MONOTONIC nanoseconds, or 0 if it is still running. */
+int64_t kiln_run_wait(kiln_run_t* run, int64_t timeout_us);
 /* Called by the AOT entry before each kernel call: launches are numbered within a step, so a
  * resumed step can find the launch that was preempted (and, if RESUMABLE, its finished chunks).
  * A checkpoint: KILN_PREEMPTED when the bound run was cancelled (the entry stops before the step),

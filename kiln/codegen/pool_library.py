@@ -83,6 +83,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                             ("kiln_pool_configure", i32, [i32, i32, i32]), ("kiln_run_new", ptr, []),
                             ("kiln_run_free", None, [ptr]), ("kiln_run_begin", None, [ptr, i32, i32]),
                             ("kiln_run_end", None, []), ("kiln_run_cancel", None, [ptr]),
-                            ("kiln_run_enter_step", i32, [i32])):
+                            ("kiln_run_enter_step", i32, [i32]),
+                            ("kiln_run_wait", ctypes.c_int64, [ptr, ctypes.c_int64])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +204,32 @@ def test_a_step_boundary_is_a_checkpoint(pool):
     finally:
         pool.kiln_run_free(run)
     assert pool.kiln_run_enter_step(0) == 0  # no run bound: nothing to stop
+
+
+def test_a_waiter_learns_when_and_that_a_run_stopped(pool, tasks):
+    run = pool.kiln_run_new()
+    try:
+        assert pool.kiln_run_wait(run, 0) > 0  # not begun: stopped
+        n, rc = 2_000_000, []
+        c, a = tasks.counter(n, run=run, checks=True)
+
+        def drive() -> None:
+            with Bound(pool, 0, 2, run):
+                rc.append(tasks.launch(c, n, 1000, RESUMABLE))
+
+        t = threading.Thread(target=drive)
+        t.start()
+        while not a["hits"][0]:
+            time.sleep(0.001)
+        assert pool.kiln_run_wait(run, 1000) == 0  # still running after a millisecond
+        asked = time.perf_counter()
+        pool.kiln_run_cancel(run)
+        stopped = pool.kiln_run_wait(run, 10_000_000) * 1e-9  # the clock of time.perf_counter
+        t.join()
+        assert rc == [PREEMPTED] and asked <= stopped <= time.perf_counter()
+        assert int(a["hits"].sum()) < n
+    finally:
+        pool.kiln_run_free(run)
 
 
 @pytest.mark.parametrize("change", ["not resumable", "other grain", "other step"])

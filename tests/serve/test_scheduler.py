@@ -62,6 +62,28 @@ def test_an_rt_request_preempts_a_running_be_run_which_then_completes_as_a_solo_
     stats = sched.stats()["be"]
     assert stats.preemptions == 1 and stats.preempt_latency_s.n == 1
     assert stats.requests == 1 and stats.failures == 0
+    [t] = sched.preemption_traces()
+    # the kernels stopped (the pool's stamp) before the BE lane got back into Python, and the RT run
+    # started once they had stopped
+    assert t.arrival <= t.cancelled <= t.stopped <= t.returned
+    assert t.rt_started is None or t.stopped <= t.rt_started  # None: the BE run was back before the RT lane looked
+    assert sched.preemption_latencies() == [t.stopped - t.arrival]
+
+
+def test_an_rt_request_cancels_the_be_run_before_its_feeds_are_checked(sched, chain, small):
+    """The submitting thread cancels first thing; a malformed RT request then fails, and the BE run it
+    stopped resumes and answers right."""
+    (cm, cfeeds), (sm, _) = chain, small
+    sched.add("be", cm, ModelConfig())
+    sched.add("rt", sm, RT)
+    fb = sched.submit(InferRequest("be", cfeeds(1)))
+    _running(fb)
+    time.sleep(IN_FLIGHT_S)
+    with pytest.raises(InputError):
+        sched.submit(InferRequest("rt", {"nope": np.zeros(1, np.float32)})).result(10)
+    assert np.array_equal(fb.result(10)["y"], cm.run(cfeeds(1))[0])
+    [t] = sched.preemption_traces()
+    assert t.rt_started is None  # no RT run waited for it
 
 
 def test_a_request_priority_overrides_its_models(sched, chain):

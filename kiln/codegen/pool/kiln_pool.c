@@ -59,6 +59,11 @@
  * launch from inside a task (a task that launches) also runs serially inside that task, and its
  * chunks are part of the enclosing chunk (no checkpoints of its own).
  *
+ * Waiting for a stop. A run is busy from kiln_run_begin until a launch or a step boundary stops it
+ * at a cancel, or kiln_run_end: then it stamps the time and wakes kiln_run_wait. So the thread that
+ * asked for the stop (a server's real-time lane) learns that the cores are free without waiting for
+ * the stopped run's thread to get back into Python (behind the GIL, hundreds of microseconds).
+ *
  * Steps. kiln_run_enter_step is a checkpoint too: the AOT entry stops before a step when the run
  * was cancelled, so a cancel during a kernel that launches nothing (a serial one) is seen when it
  * ends rather than at the next launch.
@@ -119,6 +124,9 @@ typedef struct {
 
 struct kiln_run {
   _Atomic int32_t cancel;
+  _Atomic uint32_t busy;   /* futex word: 1 from kiln_run_begin until the run stops or ends */
+  _Atomic int32_t waiters;  /* threads in kiln_run_wait: only then does a halt make the futex call */
+  _Atomic int64_t halted_ns; /* CLOCK_MONOTONIC when it last stopped or ended */
   int32_t first, num;      /* the partition */
   int32_t step, launches;  /* the step entered last, launches started in it */
   int32_t stopped;         /* a record of a stopped launch follows */
@@ -176,8 +184,25 @@ static double now_us(void) {
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void futex(_Atomic uint32_t* word, int op, uint32_t value) {
   syscall(SYS_futex, (uint32_t*)word, op, value, NULL, NULL, 0);
+}
+
+/* The run holds no core any more (a launch or a step boundary stopped it, or it ended): stamp the
+ * time and wake kiln_run_wait. */
+static void halt(kiln_run_t* run) {
+  if (atomic_load_explicit(&run->busy, memory_order_relaxed) == 0) return;
+  atomic_store(&run->halted_ns, now_ns());
+  atomic_store(&run->busy, 0);
+  /* NOTE: sequentially consistent with kiln_run_wait, which counts itself in, then reads `busy`:
+   * either this sees the waiter, or the waiter sees the run stopped */
+  if (atomic_load(&run->waiters) > 0) futex(&run->busy, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
 static void chunk_range(const job_t* j, int64_t c, int64_t* begin, int64_t* end) {
@@ -346,6 +371,7 @@ int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t 
     run->stop_n = n;
     run->stop_nchunks = j.nchunks;
     run->stop_done = done;
+    halt(run);
     return KILN_PREEMPTED;
   }
   if (is_record_of(run, launch)) run->stopped = 0;
@@ -357,6 +383,7 @@ kiln_run_t* kiln_run_new(void) {
   if (run != NULL) {
     run->num = 1;
     run->step = -1;
+    atomic_init(&run->halted_ns, now_ns()); /* not begun: stopped */
   }
   return run;
 }
@@ -371,10 +398,31 @@ void kiln_run_begin(kiln_run_t* run, int32_t first_core, int32_t num_cores) {
   run->num = num_cores > 0 ? num_cores : 1;
   run->launches = 0;
   atomic_store(&run->cancel, 0);
+  atomic_store(&run->busy, 1);
   bound_run = run;
 }
 
-void kiln_run_end(void) { bound_run = NULL; }
+void kiln_run_end(void) {
+  if (bound_run != NULL) halt(bound_run);
+  bound_run = NULL;
+}
+
+int64_t kiln_run_wait(kiln_run_t* run, int64_t timeout_us) {
+  int64_t deadline = now_ns() + timeout_us * 1000, halted = 0;
+  atomic_fetch_add(&run->waiters, 1);
+  for (;;) {
+    if (atomic_load(&run->busy) == 0) {
+      halted = atomic_load(&run->halted_ns);
+      break;
+    }
+    int64_t left = deadline - now_ns();
+    if (left <= 0) break;
+    struct timespec t = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+    syscall(SYS_futex, (uint32_t*)&run->busy, FUTEX_WAIT_PRIVATE, 1u, &t, NULL, 0);
+  }
+  atomic_fetch_sub(&run->waiters, 1);
+  return halted;
+}
 
 void kiln_run_cancel(kiln_run_t* run) { atomic_store(&run->cancel, 1); }
 
@@ -384,7 +432,9 @@ int32_t kiln_run_enter_step(int32_t step) {
   if (run->stopped && run->stop_step != step) run->stopped = 0;
   run->step = step;
   run->launches = 0;
-  return atomic_load_explicit(&run->cancel, memory_order_relaxed) ? KILN_PREEMPTED : KILN_POOL_OK;
+  if (!atomic_load_explicit(&run->cancel, memory_order_relaxed)) return KILN_POOL_OK;
+  halt(run);
+  return KILN_PREEMPTED;
 }
 
 int32_t kiln_pool_abi(void) { return KILN_POOL_ABI; }
