@@ -8,8 +8,10 @@ thread pool (target option -threading=kiln):
     a second thread, spinning on its own core, cancels each at a random time inside that kernel; the
     time from the cancel() call to run() returning preempted, p50 and p99 in microseconds (goal p99
     <= 100 us). It includes the Python around both calls, so it bounds the pool's own latency from
-    above. A run that finished that kernel before the cancel came is a miss: left out and counted,
-    and another run is tried (up to MAX_TRIES per sample).
+    above; "stop" columns are the same cancels to the pool's stamp of the kernels stopped
+    (PreemptibleRun.wait_stopped), without the way back into Python. A run that finished that
+    kernel before the cancel came is a miss: left out and counted, and another run is tried (up to
+    MAX_TRIES per sample).
 
     .venv/bin/python scripts/preempt_bench.py --models mlp resnet18 --runs 50 --samples 200 --json out.json
 """
@@ -47,10 +49,12 @@ class Row:
     longest_kernel: str = ""
     longest_kernel_ms: float = 0.0
     cancel_us: list[float] = field(default_factory=list)
+    stop_us: list[float] = field(default_factory=list)  # cancel to the pool's stamp
     misses: int = 0
 
-    def percentile(self, q: float) -> float:
-        return float(np.percentile(self.cancel_us, q)) if self.cancel_us else float("nan")
+    def percentile(self, q: float, stop: bool = False) -> float:
+        us = self.stop_us if stop else self.cancel_us
+        return float(np.percentile(us, q)) if us else float("nan")
 
 
 def build(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray]]:
@@ -99,12 +103,14 @@ def cancel_latency(aot: Any, feeds: dict[str, np.ndarray], samples: int, cores: 
         if lat is None:
             row.misses += 1
         else:
-            row.cancel_us.append(lat * 1e6)
+            row.cancel_us.append(lat[0] * 1e6)
+            row.stop_us.append(lat[1] * 1e6)
 
 
-def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int, delay: float) -> float | None:
-    """Seconds from cancel() to run() returning, for a run that starts at step k and is cancelled
-    `delay` seconds after its entry call began; None when it did not stop in step k."""
+def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int,
+                delay: float) -> tuple[float, float] | None:
+    """Seconds from cancel() to run() returning and to the pool's stamp, for a run that starts at step
+    k and is cancelled `delay` seconds after its entry call began; None when it did not stop in step k."""
     from kiln.runtime.run_handle import RunState
 
     aot.run(feeds)
@@ -132,10 +138,11 @@ def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int, de
     result = run.run()
     t["return"] = time.perf_counter()
     thread.join()
+    stopped = run.wait_stopped(0.0)
     run.close()
-    if result.preempted_at != k or "cancel" not in t:
+    if result.preempted_at != k or "cancel" not in t or stopped is None:
         return None
-    return t["return"] - t["cancel"]
+    return t["return"] - t["cancel"], stopped - t["cancel"]
 
 
 def main() -> None:
@@ -150,7 +157,7 @@ def main() -> None:
     args = p.parse_args()
     rows = []
     print(f"{'model':14} {'plain ms':>9} {'preempt ms':>10} {'ratio':>6}  {'longest kernel':32} "
-          f"{'ms':>7} {'p50 us':>7} {'p99 us':>7} {'misses':>6}", flush=True)
+          f"{'ms':>7} {'p50 us':>7} {'p99 us':>7} {'stop p50':>8} {'stop p99':>8} {'misses':>6}", flush=True)
     for name in args.models:
         aot, feeds = build(name, args.batch)
         row = Row(name)
@@ -159,10 +166,12 @@ def main() -> None:
         rows.append(row)
         print(f"{name:14} {row.plain_ms:9.3f} {row.preemptible_ms:10.3f} {row.ratio:6.3f}  "
               f"{row.longest_kernel[:32]:32} {row.longest_kernel_ms:7.3f} {row.percentile(50):7.1f} "
-              f"{row.percentile(99):7.1f} {row.misses:6d}", flush=True)
+              f"{row.percentile(99):7.1f} {row.percentile(50, True):8.1f} {row.percentile(99, True):8.1f} "
+              f"{row.misses:6d}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps([dict(dataclasses.asdict(r), p50_us=r.percentile(50),
-                                              p99_us=r.percentile(99)) for r in rows], indent=1))
+        args.json.write_text(json.dumps([dict(dataclasses.asdict(r), p50_us=r.percentile(50), p99_us=r.percentile(99),
+                                              stop_p50_us=r.percentile(50, True), stop_p99_us=r.percentile(99, True))
+                                         for r in rows], indent=1))
 
 
 if __name__ == "__main__":

@@ -133,6 +133,11 @@ class ReefScheduler:
             self._cv.wait_for(lambda: not self._queues.queued(name) and not self._running[name])
 
     def submit(self, request: InferRequest) -> Future:
+        # NOTE: first, without the scheduler's lock (a lane may hold it; one dict read is atomic): an
+        # RT request stops the BE run on its cores before anything else happens
+        early = self._served.get(request.model)
+        if early is not None and not self.fifo and early.priority(request) is Priority.RT:
+            self._preempt(self._cores_of(early), request.arrival)
         with self._cv:
             entry = self._served.get(request.model)
             closed = self._closed
@@ -140,8 +145,6 @@ class ReefScheduler:
             return _failed(ServerClosedError("the server is shutting down and takes no more requests"))
         if entry is None:
             return _failed(UnknownModelError(f"no model named '{request.model}' is served"))
-        if entry.priority(request) is Priority.RT and not self.fifo:
-            self._preempt(self._cores_of(entry), request.arrival)
         try:
             feeds = entry.check(request)
         except KilnError as e:

@@ -156,3 +156,29 @@ def test_cancels_at_random_times_resume_to_the_same_outputs(chain):
             preempted += 1
         assert np.array_equal(r.outputs[0], want[0])
     assert preempted
+
+
+def test_another_thread_learns_from_the_pool_when_the_kernels_stopped(chain):
+    """wait_stopped answers with the moment the kernels stopped, which is after the cancel and no
+    later than run() returning; over, the run answers None."""
+    cm, feeds, want = chain
+    run, started, seen = cm.start(feeds), threading.Event(), []
+
+    def cancel_and_wait() -> None:
+        started.wait()
+        time.sleep(0.002)
+        seen.append(time.perf_counter())
+        run.cancel()
+        seen.append(run.wait_stopped(10.0))
+
+    t = threading.Thread(target=cancel_and_wait)
+    t.start()
+    started.set()
+    r = run.run()
+    returned = time.perf_counter()
+    t.join()
+    asked, stopped = seen
+    assert r.preempted and stopped is not None and asked <= stopped <= returned
+    assert run.wait_stopped(0.0) == stopped  # stopped: answered at once, with the same time
+    assert np.array_equal(run.resume().outputs[0], want[0])
+    assert run.wait_stopped(0.0) is None
