@@ -118,6 +118,7 @@ def _launch(p: FunctionPrinter, s: S.For, simd: bool, resumable: bool) -> None:
         t.emit("#pragma omp simd")
     t.emit(f"for ({ty} {i} = {start}kiln_begin; {i} < {start}kiln_end; ++{i}) {{")
     with p.sim.scope(s.loop_var, loop_range(p.sim, s.min, s.extent)):
+        t.loop_entry(s, "simd" if simd else None)  # a chunk may hold many iterations (the pool caps chunks)
         t.block(s.body)
     t.emit("}")
     fields = [(_field_type(p, obj), name) for obj, name in t.captured.values()]

@@ -32,8 +32,9 @@ typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end, const
 #define KILN_LAUNCH_RESUMABLE 1
 
 /* Run fn over [0, n) on the calling thread's partition (the caller works too). grain 0: static
- * chunking, one contiguous range per worker; grain g > 0: dynamic chunks of at most g iterations,
- * as many as a multiple of the partition's cores (near-equal), taken by whichever worker is free. Returns KILN_OK, the first error a chunk returned, or KILN_PREEMPTED.
+ * chunking, one contiguous range per worker; grain g > 0: dynamic chunks of about g iterations
+ * (near-equal, a multiple of the partition's cores in number, at most 16 per core), taken by
+ * whichever worker is free. Returns KILN_OK, the first error a chunk returned, or KILN_PREEMPTED.
  * Without a bound run (or with a partition of one core) it runs every chunk on the caller. */
 int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t grain, int32_t flags);
 

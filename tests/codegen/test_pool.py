@@ -97,8 +97,9 @@ def test_every_iteration_runs_once(pool, tasks, cores, grain):
         with Bound(pool, 0, cores):
             assert tasks.launch(c, n, grain) == 0
         assert (a["hits"][:n] == 1).all(), (n, grain, cores)
-        # dynamic: ceil(n / grain) chunks rounded up to a multiple of the cores (balance), at most n
-        chunks = min(n, _ceil(_ceil(n, grain), cores) * cores) if grain else min(n, cores)
+        # dynamic: ceil(n / grain) chunks, at most 16 per core, rounded up to a multiple of the cores
+        # (balance), at most n
+        chunks = min(n, _ceil(min(_ceil(n, grain), 16 * cores), cores) * cores) if grain else min(n, cores)
         assert a["chunks"][0] == chunks
 
 
@@ -126,10 +127,10 @@ def test_a_nested_launch_runs_inside_its_chunk(pool, tasks):
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_the_first_error_wins_and_later_chunks_do_not_start(pool, tasks, cores):
-    c, a = tasks.counter(1000, fail_at=7, fail_code=-9)
+    c, a = tasks.counter(1600, fail_at=700, fail_code=-9)  # 16 chunks of 100: iteration 700 is chunk 7's
     with Bound(pool, 0, cores):
-        assert tasks.launch(c, 1000, 1) == -9
-    assert a["hits"][7] == 1
+        assert tasks.launch(c, 1600, 100) == -9
+    assert a["hits"][700] == 1
     assert a["chunks"][0] <= 8 + cores  # at most the chunks in flight when chunk 7 failed
     if cores == 1:
         assert a["chunks"][0] == 8
@@ -236,17 +237,17 @@ def test_a_waiter_learns_when_and_that_a_run_stopped(pool, tasks):
 def test_a_resume_reruns_the_whole_launch_when_it_cannot_skip(pool, tasks, change):
     run = pool.kiln_run_new()
     try:
-        c, a = tasks.counter(100, cancel_at=10, run=run)
+        c, a = tasks.counter(100, cancel_at=10, run=run)  # 10 chunks of 10
         flags = 0 if change == "not resumable" else RESUMABLE
         with Bound(pool, 0, 1, run):
             pool.kiln_run_enter_step(0)
-            assert tasks.launch(c, 100, 5, flags) == PREEMPTED
-        assert (a["hits"][:15] == 1).all() and (a["hits"][15:] == 0).all()
+            assert tasks.launch(c, 100, 10, flags) == PREEMPTED
+        assert (a["hits"][:20] == 1).all() and (a["hits"][20:] == 0).all()
         c.cancel_at = -1
         with Bound(pool, 0, 1, run):
             pool.kiln_run_enter_step(1 if change == "other step" else 0)
-            assert tasks.launch(c, 100, 7 if change == "other grain" else 5, flags) == 0
-        assert (a["hits"][:15] == 2).all() and (a["hits"][15:] == 1).all()
+            assert tasks.launch(c, 100, 12 if change == "other grain" else 10, flags) == 0
+        assert (a["hits"][:20] == 2).all() and (a["hits"][20:] == 1).all()
     finally:
         pool.kiln_run_free(run)
 

@@ -15,11 +15,14 @@
  * delays a launch, it only gives it fewer hands.
  *
  * Chunks. A launch splits [0, n) into near-equal contiguous ranges, numbered: grain 0 gives one
- * range per slot of the partition (static); grain g gives ceil(n / g) ranges rounded up to a
- * multiple of the slots (dynamic: no range is longer than g). The rounding is for balance: 7 chunks
- * of g on 2 threads keep one thread busy for 4 while the other idles after 3 (resnet18's largest
- * convolution lost a quarter of its time so against OpenMP's even halves); 8 ranges of 7/8 g end
- * together. Every participant takes the next chunk number from one atomic counter, so whoever is
+ * range per slot of the partition (static); grain g gives ceil(n / g) ranges, at most
+ * MAX_CHUNKS_PER_SLOT per slot, rounded up to a multiple of the slots (dynamic). The rounding is
+ * for balance: 7 chunks of g on 2 threads keep one thread busy for 4 while the other idles after 3
+ * (resnet18's largest convolution lost a quarter of its time so against OpenMP's even halves); 8
+ * ranges of 7/8 g end together. The cap is for the chunk counter: every take is an atomic add on a
+ * line the other cores write too, and the grain, estimated from operation counts, can make chunks
+ * of a few microseconds (resnet18: 512 chunks of one iteration in one launch); chunks of several
+ * iterations then keep a checkpoint per iteration. Every participant takes the next chunk number from one atomic counter, so whoever is
  * free works (a late worker's static range is done by the caller). Before taking a chunk a
  * participant checks the launch's stop flag (an error) and the run's cancel flag: these are the
  * checkpoints. Inside a chunk the task reads the cancel flag too, through the pointer it is given,
@@ -90,6 +93,7 @@
 #define MAX_CORES 1024
 #define DEFAULT_SPIN_US 25
 #define WAIT_SPINS_BEFORE_YIELD 4096
+#define MAX_CHUNKS_PER_SLOT 16
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -215,6 +219,7 @@ static void chunk_range(const job_t* j, int64_t c, int64_t* begin, int64_t* end)
 static int64_t chunk_count(int64_t n, int64_t grain, int32_t slots) {
   if (grain <= 0) return n < slots ? n : slots;
   int64_t c = (n - 1) / grain + 1;
+  if (c > (int64_t)MAX_CHUNKS_PER_SLOT * slots) c = (int64_t)MAX_CHUNKS_PER_SLOT * slots;
   c = (c + slots - 1) / slots * slots;
   return c < n ? c : n;
 }
