@@ -15,9 +15,10 @@ a launch whose whole work is below STATIC_MAX_OPS is split statically, one range
 Checkpoints: a chunk can be one long iteration (a dense layer's column block: 260 us in the BERT
 encoder), and a cancel would wait for all of it. So inside a task every loop whose iteration is at
 least CHECK_OPS operations and which no simd pragma covers begins each iteration by reading the
-run's cancel flag (the task's `kiln_cancel` argument, a relaxed load: a nanosecond against
-microseconds of work) and, when set, leaves the task with KILN_PREEMPTED through its frees; the pool
-runs that chunk again from its start when the launch resumes.
+run's cancel flag (through the task's `kiln_ctl`, a relaxed load: a nanosecond against microseconds
+of work) and, when set, records the launch iteration it was in (`stopped_at`: the ones before it in
+the chunk finished) and leaves the task with KILN_PREEMPTED through its frees; a resumed launch
+starts at that iteration.
 
 A launch is RESUMABLE when its body writes only function parameters that nothing else in the kernel
 writes, and scratch it allocates itself (see kiln_pool.c on why the resumed launch may then skip its
@@ -67,6 +68,7 @@ class TaskPrinter(FunctionPrinter):
         self.sim, self.func = outer.sim, outer.func
         self.in_parallel = True  # nested PARALLEL loops run serially inside the task
         self.captured: dict[int, tuple[E.Var | S.Buffer, str]] = {}
+        self.iteration = "kiln_begin"  # C for the launch iteration running (set once the loop is declared)
 
     def var(self, v: E.Var) -> str:
         return self._capture(v, super().var(v))
@@ -77,8 +79,8 @@ class TaskPrinter(FunctionPrinter):
     def loop_entry(self, s: S.For, pragma: str | None) -> None:
         if pragma is None and not self.in_simd and _work(s.body) >= CHECK_OPS:
             self.uses_error_flag = True
-            self.emit(f"  if (__atomic_load_n(kiln_cancel, __ATOMIC_RELAXED)) {{ {ERROR_FLAG} = KILN_PREEMPTED; "
-                      f"goto {self.failure_exit()}; }}")
+            self.emit(f"  if (__atomic_load_n(kiln_ctl->cancel, __ATOMIC_RELAXED)) {{ kiln_ctl->stopped_at = "
+                      f"{self.iteration}; {ERROR_FLAG} = KILN_PREEMPTED; goto {self.failure_exit()}; }}")
 
     def _capture(self, obj, name: str) -> str:
         if not self.scope.owns(obj):
@@ -114,6 +116,7 @@ def _launch(p: FunctionPrinter, s: S.For, simd: bool, resumable: bool) -> None:
     t = TaskPrinter(p)
     i, ty = t.declare(s.loop_var), t.ctype(s.loop_var.dtype)
     start = "" if is_const(s.min, 0) else f"{t.expr(s.min)} + "
+    t.iteration = i if not start else f"({i} - ({t.expr(s.min)}))"
     if simd:
         t.emit("#pragma omp simd")
     t.emit(f"for ({ty} {i} = {start}kiln_begin; {i} < {start}kiln_end; ++{i}) {{")
@@ -143,8 +146,8 @@ def _task_source(name: str, closure_type: str, fields: list[tuple[str, str]], t:
     exit_label = [f"{EXIT_LABEL}:;"] if EXIT_LABEL in t.jumps else []
     lines = [f"typedef struct {{ {members} }} {closure_type};",
              f"static int32_t {name}(void* kiln_closure, int64_t kiln_begin, int64_t kiln_end, "
-             "const int32_t* kiln_cancel) {",
-             f"  const {closure_type}* kiln_c = (const {closure_type}*)kiln_closure;", "  (void)kiln_cancel;"]
+             "kiln_task_ctl_t* kiln_ctl) {",
+             f"  const {closure_type}* kiln_c = (const {closure_type}*)kiln_closure;", "  (void)kiln_ctl;"]
     lines += unpack or ["  (void)kiln_c;"]
     return "\n".join([*lines, *flag, *t.lines, *exit_label, f"  return {ret};", "}"])
 

@@ -12,8 +12,8 @@
  * code generator put checkpoints. kiln_run_cancel (from any thread) makes the running launch return
  * KILN_PREEMPTED once the chunks already started have finished or stopped at a checkpoint; the AOT
  * entry then stops and reports the step it stopped in, and a later call resumes from that step.
- * Version 2: tasks take the cancel flag, kiln_run_enter_step returns a status, kiln_run_wait,
- * dynamic chunks are balanced over the partition. */
+ * Version 2: tasks take a kiln_task_ctl_t, kiln_run_enter_step returns a status, kiln_run_wait,
+ * dynamic chunks are balanced over the partition, a resume starts at the first unfinished iteration. */
 #ifndef KILN_POOL_H
 #define KILN_POOL_H
 #include <stdint.h>
@@ -21,10 +21,18 @@
 #define KILN_POOL_ABI 2
 #define KILN_PREEMPTED 1 /* positive: not an error; every error code is negative */
 
+/* What a task is handed besides its range: the run's cancel flag, to read (a relaxed atomic load)
+ * at the checkpoints the code generator put inside the chunk, and where to say how far it got when
+ * it stops at one: iterations [begin, stopped_at) finished. */
+typedef struct kiln_task_ctl {
+  const int32_t* cancel;
+  int64_t stopped_at;
+} kiln_task_ctl_t;
+
 /* Run one chunk, iterations [begin, end) of the lifted loop. KILN_OK, an error code, or
- * KILN_PREEMPTED where the task saw *cancel non-zero at a checkpoint inside the chunk (read it with a
- * relaxed atomic load; the chunk then runs again from `begin` when the launch resumes). */
-typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end, const int32_t* cancel);
+ * KILN_PREEMPTED where the task saw *ctl->cancel set at a checkpoint (having set ctl->stopped_at;
+ * a resumed RESUMABLE launch starts there). */
+typedef int32_t (*kiln_task_fn)(void* closure, int64_t begin, int64_t end, kiln_task_ctl_t* ctl);
 
 /* Launch flags. RESUMABLE: the task writes only buffers that outlive the kernel (its parameters),
  * so after a preemption a resumed launch may skip the chunks that had finished. Without it a

@@ -131,7 +131,7 @@ def test_a_saved_model_loads_preemptible(chain, tmp_path):
 
 def test_the_kernels_check_for_a_cancel_inside_their_chunks(chain):
     cm, _, _ = chain
-    assert "__atomic_load_n(kiln_cancel, __ATOMIC_RELAXED)) { _kerr = KILN_PREEMPTED;" in cm.library.source.code
+    assert "__atomic_load_n(kiln_ctl->cancel, __ATOMIC_RELAXED)) { kiln_ctl->stopped_at = " in cm.library.source.code
 
 
 def test_cancels_at_random_times_resume_to_the_same_outputs(chain):

@@ -35,22 +35,25 @@
  * had already been taken (then it completed, and the next launch of the run stops at once).
  *
  * Resuming. Chunks are taken in order and a checkpoint comes before the take, so when a launch
- * stops the finished chunks include the prefix [0, done): done is the number taken, or the first
- * chunk a task stopped inside if lower (chunks after that one that finished run again on a resume,
- * which is safe as re-running an earlier launch is, below). The run block records the step
- * (kiln_run_enter_step), the launch's ordinal within the step, its chunking and that prefix. When
- * the same step runs again, launches are counted again from 0: the earlier ones re-run in full
- * (they refill the kernel's local scratch buffers, which did not survive the stop); the recorded
- * one, if its flags say RESUMABLE and its chunking is the same, starts at the first unfinished
- * chunk; the record clears when that launch completes or another step is entered.
+ * stops, the finished iterations include the prefix [0, done): done is the first iteration of the
+ * first chunk not taken, or lower, where a task stopped inside a chunk (it says where: iterations
+ * [begin, stopped_at) of its chunk finished). Iterations after `done` that finished run again on a
+ * resume, which is safe as re-running an earlier launch is, below. The run block records the step
+ * (kiln_run_enter_step), the launch's ordinal within the step, its size and `done`. When the same
+ * step runs again, launches are counted again from 0: the earlier ones re-run in full (they refill
+ * the kernel's local scratch buffers, which did not survive the stop); the recorded one, if its
+ * flags say RESUMABLE and its size is the same, runs iterations [done, n) only, chunked afresh
+ * (on whatever partition the run has now); the record clears when that launch completes or
+ * another step is entered. So a run preempted again and again still moves on by every iteration
+ * that finished in between, not only by whole chunks.
  * Why skipping is safe:
  *  - a kernel never writes what it reads (the memory plan gives outputs their own storage), so
  *    re-running earlier launches recomputes exactly the values they wrote before;
  *  - a RESUMABLE launch writes only the kernel's parameters (buffers that outlive the kernel) and
  *    scratch it allocates per iteration, and nothing else in the kernel writes those parameters
  *    (kiln.codegen.c_launch decides): its finished chunks' results are still in place and final;
- *  - a chunk a task stopped inside runs again from its first iteration, rewriting whatever it
- *    wrote before the stop;
+ *  - an iteration a task stopped inside runs again from its start, rewriting whatever it wrote
+ *    before the stop;
  *  - a kernel returns as soon as a launch returns non-zero, so nothing ran after the stop;
  *  - the memory plan keeps a stopped run's live tensors: the arena is not reused until the run
  *    completes or is abandoned.
@@ -109,10 +112,10 @@
 typedef struct job {
   kiln_task_fn fn;
   void* closure;
-  int64_t n, nchunks;
+  int64_t base, n, nchunks;             /* chunks of [base, n): a resumed launch starts at base */
   const int32_t* cancel;                /* the bound run's cancel flag, as tasks read it */
   _Alignas(64) _Atomic int64_t next;    /* the next chunk to take */
-  _Alignas(64) _Atomic int64_t aborted; /* the first chunk a task stopped inside (nchunks: none) */
+  _Alignas(64) _Atomic int64_t aborted; /* the first iteration a task did not finish (n: none) */
   _Atomic int32_t rc;                   /* the first error a chunk returned */
   _Atomic int32_t stop;                 /* an error or a cancel was seen: no chunk starts any more */
   _Alignas(64) _Atomic int32_t holders; /* workers that took this job from their mailbox, not left yet */
@@ -135,7 +138,7 @@ struct kiln_run {
   int32_t step, launches;  /* the step entered last, launches started in it */
   int32_t stopped;         /* a record of a stopped launch follows */
   int32_t stop_step, stop_launch;
-  int64_t stop_n, stop_nchunks, stop_done;
+  int64_t stop_n, stop_done;
 };
 
 static _Atomic(worker_t*) workers[MAX_CORES];
@@ -210,8 +213,8 @@ static void halt(kiln_run_t* run) {
 }
 
 static void chunk_range(const job_t* j, int64_t c, int64_t* begin, int64_t* end) {
-  int64_t q = j->n / j->nchunks, r = j->n % j->nchunks;
-  *begin = c * q + (c < r ? c : r);
+  int64_t size = j->n - j->base, q = size / j->nchunks, r = size % j->nchunks;
+  *begin = j->base + c * q + (c < r ? c : r);
   *end = *begin + q + (c < r ? 1 : 0);
 }
 
@@ -244,9 +247,10 @@ static void participate(job_t* j) {
     if (c >= j->nchunks) break;
     int64_t begin, end;
     chunk_range(j, c, &begin, &end);
-    int32_t rc = j->fn(j->closure, begin, end, j->cancel);
+    kiln_task_ctl_t ctl = {.cancel = j->cancel, .stopped_at = begin};
+    int32_t rc = j->fn(j->closure, begin, end, &ctl);
     if (rc == KILN_PREEMPTED) { /* stopped inside the chunk at a cancel */
-      lower_to(&j->aborted, c);
+      lower_to(&j->aborted, ctl.stopped_at < begin ? begin : ctl.stopped_at < end ? ctl.stopped_at : end);
       atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
     } else if (rc != KILN_POOL_OK) {
       int32_t none = KILN_POOL_OK;
@@ -341,23 +345,21 @@ static int32_t is_record_of(const kiln_run_t* run, int32_t launch) {
 int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t grain, int32_t flags) {
   if (n <= 0) return KILN_POOL_OK;
   kiln_run_t* run = bound_run;
-  if (run == NULL) return fn(closure, 0, n, &never_cancelled);
-  if (in_task) return fn(closure, 0, n, (const int32_t*)&run->cancel);
+  kiln_task_ctl_t ctl = {.cancel = run == NULL ? &never_cancelled : (const int32_t*)&run->cancel};
+  if (run == NULL || in_task) return fn(closure, 0, n, &ctl);
   int32_t launch = run->launches++, total = cores();
   int32_t first = run->first < total ? run->first : total - 1;
   int32_t slots = run->num < total - first ? run->num : total - first;
   if (slots < 1) slots = 1;
-  job_t j = {.fn = fn, .closure = closure, .n = n, .nchunks = chunk_count(n, grain, slots),
+  int64_t base = 0;
+  if (is_record_of(run, launch) && (flags & KILN_LAUNCH_RESUMABLE) && run->stop_n == n) base = run->stop_done;
+  job_t j = {.fn = fn, .closure = closure, .base = base, .n = n, .nchunks = chunk_count(n - base, grain, slots),
              .cancel = (const int32_t*)&run->cancel};
-  int64_t start = 0;
-  if (is_record_of(run, launch) && (flags & KILN_LAUNCH_RESUMABLE) && run->stop_n == n &&
-      run->stop_nchunks == j.nchunks)
-    start = run->stop_done;
-  atomic_init(&j.next, start);
-  atomic_init(&j.aborted, j.nchunks);
+  atomic_init(&j.next, 0);
+  atomic_init(&j.aborted, n);
   worker_t* posted[MAX_CORES];
   int32_t count = 0;
-  int64_t helpers = j.nchunks - start - 1 < slots - 1 ? j.nchunks - start - 1 : slots - 1;
+  int64_t helpers = j.nchunks - 1 < slots - 1 ? j.nchunks - 1 : slots - 1;
   for (int32_t i = 1; i <= helpers; ++i) {
     worker_t* w = worker(first + i);
     if (w == NULL) continue;
@@ -368,14 +370,16 @@ int32_t kiln_parallel_launch(kiln_task_fn fn, void* closure, int64_t n, int64_t 
   collect(posted, count, &j);
   int32_t rc = atomic_load(&j.rc);
   if (rc != KILN_POOL_OK) return rc;
-  int64_t taken = atomic_load(&j.next), aborted = atomic_load(&j.aborted);
-  int64_t done = taken < aborted ? taken : aborted;
-  if (done < j.nchunks) { /* stopped by a cancel: chunks [0, done) have finished */
+  int64_t taken = atomic_load(&j.next), done = atomic_load(&j.aborted), begin, end;
+  if (taken < j.nchunks) {
+    chunk_range(&j, taken, &begin, &end);
+    done = begin < done ? begin : done;
+  }
+  if (done < n) { /* stopped by a cancel: iterations [0, done) have finished */
     run->stopped = 1;
     run->stop_step = run->step;
     run->stop_launch = launch;
     run->stop_n = n;
-    run->stop_nchunks = j.nchunks;
     run->stop_done = done;
     halt(run);
     return KILN_PREEMPTED;
