@@ -1,8 +1,8 @@
 """Kiln threading: the outermost PARALLEL loop becomes a launch into Kiln's thread pool (kiln_pool.h).
 
 Where OpenMP threading writes `#pragma omp parallel for`, the loop body is lifted into a static task
-function `int32_t task(void* closure, int64_t begin, int64_t end)` that runs iterations
-[begin, end), with a closure struct holding the loop's free variables (buffer pointers, sizes, outer
+function `int32_t task(void* closure, int64_t begin, int64_t end, kiln_task_ctl_t* ctl)` that runs
+iterations [begin, end), with a closure struct holding the loop's free variables (buffer pointers, sizes, outer
 loop and let variables: whatever the body's printing looked up outside it). The kernel fills the
 closure and calls `kiln_parallel_launch`; a non-zero result (an error, or KILN_PREEMPTED) stops the
 kernel at once: it jumps out through the frees of its heap temporaries (c_stmt's failure_exit) and
@@ -12,17 +12,17 @@ Chunking: the grain is chosen so that one chunk is about CHUNK_OPS tir operation
 chunks that taking one, an atomic add, costs well under 1%; the pool balances them over the cores);
 a launch whose whole work is below STATIC_MAX_OPS is split statically, one range per core.
 
-Checkpoints: a chunk can be one long iteration (a dense layer's column block: 260 us in the BERT
-encoder), and a cancel would wait for all of it. So inside a task every loop whose iteration is at
-least CHECK_OPS operations and which no simd pragma covers begins each iteration by reading the
-run's cancel flag (through the task's `kiln_ctl`, a relaxed load: a nanosecond against microseconds
-of work) and, when set, records the launch iteration it was in (`stopped_at`: the ones before it in
-the chunk finished) and leaves the task with KILN_PREEMPTED through its frees; a resumed launch
-starts at that iteration.
+Checkpoints: a chunk can be one long iteration (a dense layer's column block: about 260 us in the
+BERT encoder, timed on one core of a busy machine), and a cancel would wait for all of it. So inside
+a task every loop whose iteration is at least CHECK_OPS operations and which no simd pragma covers
+begins each iteration by reading the run's cancel flag (through the task's `kiln_ctl`, a relaxed
+load: a nanosecond against microseconds of work) and, when set, records the launch iteration it was
+in (`stopped_at`: the ones before it in the chunk finished) and leaves the task with KILN_PREEMPTED
+through its frees; a resumed launch starts at that iteration.
 
 A launch is RESUMABLE when its body writes only function parameters that nothing else in the kernel
 writes, and scratch it allocates itself (see kiln_pool.c on why the resumed launch may then skip its
-finished chunks).
+finished iterations).
 """
 
 from __future__ import annotations
