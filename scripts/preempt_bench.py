@@ -8,10 +8,16 @@ thread pool (target option -threading=kiln):
     a second thread, spinning on its own core, cancels each at a random time inside that kernel; the
     time from the cancel() call to run() returning preempted, p50 and p99 in microseconds (goal p99
     <= 100 us). It includes the Python around both calls, so it bounds the pool's own latency from
-    above. A run that finished that kernel before the cancel came is a miss: left out and counted,
-    and another run is tried (up to MAX_TRIES per sample).
+    above; "stop" columns are the same cancels to the pool's stamp of the kernels stopped
+    (PreemptibleRun.wait_stopped), without the way back into Python. A run that finished that
+    kernel before the cancel came is a miss: left out and counted, and another run is tried (up to
+    MAX_TRIES per sample).
+(c) with --check-cost: the checkpoints inside chunks (kiln.codegen.c_launch.CHECK_OPS) cost every run,
+    plain ones too, so (a) does not see them: the model built again without them (CHECK_OPS out of
+    reach, both builds inside a knob context so the kernel cache, whose key does not see CHECK_OPS,
+    is bypassed) and plain runs of the two taking turns; the ratio with/without (goal <= 1.01).
 
-    .venv/bin/python scripts/preempt_bench.py --models mlp resnet18 --runs 50 --samples 200 --json out.json
+    .venv/bin/python scripts/preempt_bench.py --models mlp resnet18 --runs 50 --samples 200 --check-cost --json out.json
 """
 
 from __future__ import annotations
@@ -47,10 +53,13 @@ class Row:
     longest_kernel: str = ""
     longest_kernel_ms: float = 0.0
     cancel_us: list[float] = field(default_factory=list)
+    stop_us: list[float] = field(default_factory=list)  # cancel to the pool's stamp
     misses: int = 0
+    checks_ratio: float = float("nan")  # plain runs with the in-chunk checkpoints / without them
 
-    def percentile(self, q: float) -> float:
-        return float(np.percentile(self.cancel_us, q)) if self.cancel_us else float("nan")
+    def percentile(self, q: float, stop: bool = False) -> float:
+        us = self.stop_us if stop else self.cancel_us
+        return float(np.percentile(us, q)) if us else float("nan")
 
 
 def build(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray]]:
@@ -82,6 +91,26 @@ def checkpoint_cost(aot: Any, feeds: dict[str, np.ndarray], runs: int, row: Row)
     row.ratio = row.preemptible_ms / row.plain_ms
 
 
+def check_cost(name: str, batch: int, runs: int, row: Row) -> None:
+    """(c): plain runs of the model built with and without checkpoints inside chunks, taking turns."""
+    from kiln.bench import Engine, alternate
+    from kiln.codegen import c_launch
+    from kiln.topi.knobs import applying
+
+    engines = []
+    for label, check_ops in (("checks", c_launch.CHECK_OPS), ("no checks", 10 ** 30)):
+        saved, c_launch.CHECK_OPS = c_launch.CHECK_OPS, check_ops
+        try:
+            with applying({}):  # NOTE: both variants bypass the kernel cache (see the module doc)
+                aot, feeds = build(name, batch)
+        finally:
+            c_launch.CHECK_OPS = saved
+        engines.append(Engine(label, lambda aot=aot, feeds=feeds: aot.run(feeds)))
+    alternate(engines, runs)
+    with_checks, without = (statistics.median(e.times) for e in engines)
+    row.checks_ratio = with_checks / without
+
+
 def cancel_latency(aot: Any, feeds: dict[str, np.ndarray], samples: int, cores: int, row: Row) -> None:
     """Cancel `samples` runs at random times inside the longest step; see the module doc."""
     from kiln.runtime.pool_runs import PoolRuns
@@ -99,12 +128,14 @@ def cancel_latency(aot: Any, feeds: dict[str, np.ndarray], samples: int, cores: 
         if lat is None:
             row.misses += 1
         else:
-            row.cancel_us.append(lat * 1e6)
+            row.cancel_us.append(lat[0] * 1e6)
+            row.stop_us.append(lat[1] * 1e6)
 
 
-def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int, delay: float) -> float | None:
-    """Seconds from cancel() to run() returning, for a run that starts at step k and is cancelled
-    `delay` seconds after its entry call began; None when it did not stop in step k."""
+def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int,
+                delay: float) -> tuple[float, float] | None:
+    """Seconds from cancel() to run() returning and to the pool's stamp, for a run that starts at step
+    k and is cancelled `delay` seconds after its entry call began; None when it did not stop in step k."""
     from kiln.runtime.run_handle import RunState
 
     aot.run(feeds)
@@ -132,10 +163,11 @@ def _one_cancel(aot: Any, feeds: dict[str, np.ndarray], control: Any, k: int, de
     result = run.run()
     t["return"] = time.perf_counter()
     thread.join()
+    stopped = run.wait_stopped(0.0)
     run.close()
-    if result.preempted_at != k or "cancel" not in t:
+    if result.preempted_at != k or "cancel" not in t or stopped is None:
         return None
-    return t["return"] - t["cancel"]
+    return t["return"] - t["cancel"], stopped - t["cancel"]
 
 
 def main() -> None:
@@ -146,23 +178,29 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=200, help="cancelled runs per model for (b)")
     p.add_argument("--cores", type=int, default=max(1, os.cpu_count() - 1),
                    help="pool cores the runs of (b) use; the default leaves one to the cancelling thread")
+    p.add_argument("--check-cost", action="store_true", help="also (c): builds each model twice more")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     rows = []
     print(f"{'model':14} {'plain ms':>9} {'preempt ms':>10} {'ratio':>6}  {'longest kernel':32} "
-          f"{'ms':>7} {'p50 us':>7} {'p99 us':>7} {'misses':>6}", flush=True)
+          f"{'ms':>7} {'p50 us':>7} {'p99 us':>7} {'stop p50':>8} {'stop p99':>8} {'misses':>6} {'checks':>6}",
+          flush=True)
     for name in args.models:
         aot, feeds = build(name, args.batch)
         row = Row(name)
         checkpoint_cost(aot, feeds, args.runs, row)
         cancel_latency(aot, feeds, args.samples, args.cores, row)
+        if args.check_cost:
+            check_cost(name, args.batch, args.runs, row)
         rows.append(row)
         print(f"{name:14} {row.plain_ms:9.3f} {row.preemptible_ms:10.3f} {row.ratio:6.3f}  "
               f"{row.longest_kernel[:32]:32} {row.longest_kernel_ms:7.3f} {row.percentile(50):7.1f} "
-              f"{row.percentile(99):7.1f} {row.misses:6d}", flush=True)
+              f"{row.percentile(99):7.1f} {row.percentile(50, True):8.1f} {row.percentile(99, True):8.1f} "
+              f"{row.misses:6d} {row.checks_ratio:6.3f}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps([dict(dataclasses.asdict(r), p50_us=r.percentile(50),
-                                              p99_us=r.percentile(99)) for r in rows], indent=1))
+        args.json.write_text(json.dumps([dict(dataclasses.asdict(r), p50_us=r.percentile(50), p99_us=r.percentile(99),
+                                              stop_p50_us=r.percentile(50, True), stop_p99_us=r.percentile(99, True))
+                                         for r in rows], indent=1))
 
 
 if __name__ == "__main__":

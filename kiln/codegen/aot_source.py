@@ -22,9 +22,11 @@ is how a preempted run resumes. A kernel that returns non-zero stops it there: *
 step and the code is returned, KILN_PREEMPTED (kiln_pool.h) when a launch saw a cancel. The output
 copies run only once every step finished. Built for Kiln's thread pool (`preemptible`), it calls
 `kiln_run_enter_step(i)` before step i, so the pool numbers a step's launches and a resumed step
-skips the chunks of its preempted launch that finished. Built for OpenMP it is the same entry
-without those calls: OpenMP kernels have no checkpoints, so such a run is never preempted once it
-has started (a cancel before it starts is the caller's to honour) and it only ever runs to the end.
+skips the chunks of its preempted launch that finished; a cancelled run stops there, before step i
+(a checkpoint between kernels: a cancel during a serial kernel waits only for that kernel). Built
+for OpenMP it is the same entry without those calls: OpenMP kernels have no checkpoints, so such a
+run is never preempted once it has started (a cancel before it starts is the caller's to honour)
+and it only ever runs to the end.
 It is appended after the other two entries, which stay as they were.
 """
 
@@ -114,16 +116,17 @@ def _run_from_entry(invoke: Sequence[str], copies: Sequence[Copy], preemptible: 
     """`kiln_model_run_from` (see the module doc): step i runs when start_step <= i; a non-zero code
     returns with the step it stopped in, before any output copy."""
     # declared here too: a module none of whose kernels launches does not include kiln_pool.h
-    lines = ["void kiln_run_enter_step(int32_t step);"] if preemptible else []
+    lines = ["int32_t kiln_run_enter_step(int32_t step);"] if preemptible else []
     lines += [f"int32_t {RUN_FROM_ENTRY}(void** inputs, void** outputs, void* arena, void** weights, "
              "int32_t start_step, int32_t* stopped_step) {",
              "  char* arena_ = (char*)arena;", "  int32_t rc = KILN_OK;",
              "  (void)inputs; (void)outputs; (void)arena_; (void)weights; (void)rc;"]
     for i, inv in enumerate(invoke):
-        enter = f"kiln_run_enter_step({i}); " if preemptible else ""
+        # the step boundary is a checkpoint: a cancelled run stops before the step
+        call = f"(rc = kiln_run_enter_step({i})) != KILN_OK || (rc = {inv}) != KILN_OK" if preemptible \
+            else f"(rc = {inv}) != KILN_OK"
         lines += [f"  if (start_step <= {i}) {{",
-                  f"    {enter}rc = {inv};",
-                  f"    if (rc != KILN_OK) {{ kiln_failed_call_ = {i}; *stopped_step = {i}; return rc; }}",
+                  f"    if ({call}) {{ kiln_failed_call_ = {i}; *stopped_step = {i}; return rc; }}",
                   "  }"]
     for c in copies:
         lines.append(f"  memcpy({c.dst.c()}, {c.src.c()}, {c.nbytes});")

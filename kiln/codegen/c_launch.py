@@ -1,19 +1,28 @@
 """Kiln threading: the outermost PARALLEL loop becomes a launch into Kiln's thread pool (kiln_pool.h).
 
 Where OpenMP threading writes `#pragma omp parallel for`, the loop body is lifted into a static task
-function `int32_t task(void* closure, int64_t begin, int64_t end)` that runs iterations
-[begin, end), with a closure struct holding the loop's free variables (buffer pointers, sizes, outer
+function `int32_t task(void* closure, int64_t begin, int64_t end, kiln_task_ctl_t* ctl)` that runs
+iterations [begin, end), with a closure struct holding the loop's free variables (buffer pointers, sizes, outer
 loop and let variables: whatever the body's printing looked up outside it). The kernel fills the
 closure and calls `kiln_parallel_launch`; a non-zero result (an error, or KILN_PREEMPTED) stops the
 kernel at once: it jumps out through the frees of its heap temporaries (c_stmt's failure_exit) and
 returns the code. Inner loops keep `omp simd` (gcc's -fopenmp-simd, no OpenMP runtime).
 
-Chunking: the grain is chosen so that one chunk is about CHUNK_OPS tir operations (tens of
-microseconds: the time a cancel waits for started chunks, and few enough chunks that taking one, an
-atomic add, costs well under 1%); a launch whose whole work is below STATIC_MAX_OPS is split
-statically, one range per core. A launch is RESUMABLE when its body writes only function parameters
-that nothing else in the kernel writes, and scratch it allocates itself (see kiln_pool.c on why the
-resumed launch may then skip its finished chunks).
+Chunking: the grain is chosen so that one chunk is about CHUNK_OPS tir operations (few enough
+chunks that taking one, an atomic add, costs well under 1%; the pool balances them over the cores);
+a launch whose whole work is below STATIC_MAX_OPS is split statically, one range per core.
+
+Checkpoints: a chunk can be one long iteration (a dense layer's column block: about 260 us in the
+BERT encoder, timed on one core of a busy machine), and a cancel would wait for all of it. So inside
+a task every loop whose iteration is at least CHECK_OPS operations and which no simd pragma covers
+begins each iteration by reading the run's cancel flag (through the task's `kiln_ctl`, a relaxed
+load: a nanosecond against microseconds of work) and, when set, records the launch iteration it was
+in (`stopped_at`: the ones before it in the chunk finished) and leaves the task with KILN_PREEMPTED
+through its frees; a resumed launch starts at that iteration.
+
+A launch is RESUMABLE when its body writes only function parameters that nothing else in the kernel
+writes, and scratch it allocates itself (see kiln_pool.c on why the resumed launch may then skip its
+finished iterations).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.codegen import c_stmt, runtime_lib
-from kiln.codegen.c_stmt import FunctionPrinter
+from kiln.codegen.c_stmt import EXIT_LABEL, FunctionPrinter
 from kiln.codegen.c_types import BODY_SYMBOL, ERROR_FLAG
 from kiln.codegen.names import NameScope
 from kiln.codegen.offsets import is_const
@@ -36,6 +45,7 @@ from kiln.tir.transform.simplify import loop_range
 
 CHUNK_OPS = 50_000  # tir operations per chunk: ~20-30 us at 2 operations per ns
 STATIC_MAX_OPS = 2 * CHUNK_OPS  # below this a launch is split statically (one range per core)
+CHECK_OPS = 20_000  # tir operations of a loop iteration that begins with a cancel checkpoint
 UNKNOWN_EXTENT = 16  # the trip count assumed for a loop of symbolic extent
 VECTOR_LANES = 8  # operations of a simd/vectorized loop run this many iterations at once
 RESUMABLE = 1  # KILN_LAUNCH_RESUMABLE
@@ -58,12 +68,19 @@ class TaskPrinter(FunctionPrinter):
         self.sim, self.func = outer.sim, outer.func
         self.in_parallel = True  # nested PARALLEL loops run serially inside the task
         self.captured: dict[int, tuple[E.Var | S.Buffer, str]] = {}
+        self.iteration = "kiln_begin"  # C for the launch iteration running (set once the loop is declared)
 
     def var(self, v: E.Var) -> str:
         return self._capture(v, super().var(v))
 
     def buffer(self, buf) -> str:
         return self._capture(buf, super().buffer(buf))
+
+    def loop_entry(self, s: S.For, pragma: str | None) -> None:
+        if pragma is None and not self.in_simd and _work(s.body) >= CHECK_OPS:
+            self.uses_error_flag = True
+            self.emit(f"  if (__atomic_load_n(kiln_ctl->cancel, __ATOMIC_RELAXED)) {{ kiln_ctl->stopped_at = "
+                      f"{self.iteration}; {ERROR_FLAG} = KILN_PREEMPTED; goto {self.failure_exit()}; }}")
 
     def _capture(self, obj, name: str) -> str:
         if not self.scope.owns(obj):
@@ -99,10 +116,12 @@ def _launch(p: FunctionPrinter, s: S.For, simd: bool, resumable: bool) -> None:
     t = TaskPrinter(p)
     i, ty = t.declare(s.loop_var), t.ctype(s.loop_var.dtype)
     start = "" if is_const(s.min, 0) else f"{t.expr(s.min)} + "
+    t.iteration = i if not start else f"({i} - ({t.expr(s.min)}))"
     if simd:
         t.emit("#pragma omp simd")
     t.emit(f"for ({ty} {i} = {start}kiln_begin; {i} < {start}kiln_end; ++{i}) {{")
     with p.sim.scope(s.loop_var, loop_range(p.sim, s.min, s.extent)):
+        t.loop_entry(s, "simd" if simd else None)  # a chunk may hold many iterations (the pool caps chunks)
         t.block(s.body)
     t.emit("}")
     fields = [(_field_type(p, obj), name) for obj, name in t.captured.values()]
@@ -124,11 +143,13 @@ def _task_source(name: str, closure_type: str, fields: list[tuple[str, str]], t:
     unpack = [f"  {ct} {n} = kiln_c->{n};" for ct, n in fields]
     flag = [f"  int32_t {ERROR_FLAG} = KILN_OK;"] if t.uses_error_flag else []
     ret = ERROR_FLAG if t.uses_error_flag else "KILN_OK"
+    exit_label = [f"{EXIT_LABEL}:;"] if EXIT_LABEL in t.jumps else []
     lines = [f"typedef struct {{ {members} }} {closure_type};",
-             f"static int32_t {name}(void* kiln_closure, int64_t kiln_begin, int64_t kiln_end) {{",
-             f"  const {closure_type}* kiln_c = (const {closure_type}*)kiln_closure;"]
+             f"static int32_t {name}(void* kiln_closure, int64_t kiln_begin, int64_t kiln_end, "
+             "kiln_task_ctl_t* kiln_ctl) {",
+             f"  const {closure_type}* kiln_c = (const {closure_type}*)kiln_closure;", "  (void)kiln_ctl;"]
     lines += unpack or ["  (void)kiln_c;"]
-    return "\n".join([*lines, *flag, *t.lines, f"  return {ret};", "}"])
+    return "\n".join([*lines, *flag, *t.lines, *exit_label, f"  return {ret};", "}"])
 
 
 def _field_type(p: FunctionPrinter, obj: E.Var | S.Buffer) -> str:

@@ -51,6 +51,10 @@ class FunctionPrinter(ExprPrinter):
         self.stmt(s)
         self.depth -= 1
 
+    def loop_entry(self, s: S.For, pragma: str | None) -> None:
+        """Code every iteration of loop `s` begins with, printed before its body: none here (Kiln
+        threading's task printer puts cancel checkpoints there, kiln.codegen.c_launch)."""
+
     def failure_exit(self) -> str:
         """Where code that must stop the function jumps: the free of the innermost enclosing heap
         temporary (which then jumps on outwards), else the function's end."""
@@ -146,6 +150,7 @@ def _for_one(p: FunctionPrinter, s: S.For, pragma: str | None) -> None:
     p.in_parallel |= pragma is not None and "parallel" in pragma
     p.in_simd |= pragma is not None and "simd" in pragma
     with p.sim.scope(s.loop_var, loop_range(p.sim, s.min, s.extent)):
+        p.loop_entry(s, pragma)
         p.block(s.body)
     p.in_parallel, p.in_simd = saved
     p.emit("}")

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 POOL_DIR = Path(__file__).with_name("pool")
 HEADER = Path(__file__).with_name("kiln_pool.h")
 SOURCE = POOL_DIR / "kiln_pool.c"
-ABI = 1  # KILN_POOL_ABI of kiln_pool.h
+ABI = 2  # KILN_POOL_ABI of kiln_pool.h
 FLAGS: tuple[str, ...] = ("-O2", "-fPIC", "-shared", "-pthread", "-std=gnu11")
 
 _lock = threading.Lock()
@@ -71,18 +71,25 @@ def load(path: str | os.PathLike | None = None, cc: str = "gcc") -> ctypes.CDLL:
             if version != ABI:
                 raise KilnError(f"Kiln's thread pool library {lib_path} has ABI version {version}; this Kiln needs "
                                 f"{ABI}: compile the model again")
-            _declare(lib)
+            _declare(lib, ctypes.PyDLL(str(lib_path), mode=ctypes.RTLD_GLOBAL))
             _loaded = lib
         return _loaded
 
 
-def _declare(lib: ctypes.CDLL) -> None:
-    """ctypes signatures of the functions Python calls."""
+def _declare(lib: ctypes.CDLL, holding: ctypes.PyDLL) -> None:
+    """ctypes signatures of the functions Python calls. Binding, unbinding and cancelling a run are a
+    few stores each: they are called through `holding` (the same library as a PyDLL), which keeps the
+    GIL. A CDLL call lets the GIL go and takes it back after, and taking it back waits for whichever
+    thread got it meanwhile (up to the interpreter's switch interval, 5 ms, behind a thread running
+    Python): a wait with nothing to gain on the paths of a cancel and of a preempted run's resume."""
     i32, ptr = ctypes.c_int32, ctypes.c_void_p
+    quick = ("kiln_run_begin", "kiln_run_end", "kiln_run_cancel")
     for name, res, args in (("kiln_pool_abi", i32, []), ("kiln_pool_cores", i32, []),
                             ("kiln_pool_configure", i32, [i32, i32, i32]), ("kiln_run_new", ptr, []),
                             ("kiln_run_free", None, [ptr]), ("kiln_run_begin", None, [ptr, i32, i32]),
                             ("kiln_run_end", None, []), ("kiln_run_cancel", None, [ptr]),
-                            ("kiln_run_enter_step", None, [i32])):
-        fn = getattr(lib, name)
+                            ("kiln_run_enter_step", i32, [i32]),
+                            ("kiln_run_wait", ctypes.c_int64, [ptr, ctypes.c_int64])):
+        fn = getattr(holding if name in quick else lib, name)
         fn.restype, fn.argtypes = res, args
+        setattr(lib, name, fn)

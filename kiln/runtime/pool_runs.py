@@ -38,3 +38,9 @@ class PoolRuns:
 
     def cancel(self, run: int) -> None:
         self._lib.kiln_run_cancel(run)
+
+    def wait(self, run: int, timeout_s: float) -> float | None:
+        """Wait (the GIL released) up to `timeout_s` for `run` to stop or end: when it did, on
+        time.perf_counter's clock (both are CLOCK_MONOTONIC), or None if it is still running."""
+        ns = self._lib.kiln_run_wait(run, max(0, round(timeout_s * 1e6)))
+        return ns * 1e-9 if ns else None

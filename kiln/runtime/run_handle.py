@@ -51,6 +51,9 @@ class RunControl(Protocol):
 
     def cancel(self, run: int) -> None: ...
 
+    def wait(self, run: int, timeout_s: float) -> float | None:
+        """When `run` stopped or ended (time.perf_counter's clock), waiting up to timeout_s; None: running."""
+
 
 class RunState(enum.Enum):
     READY = "ready"
@@ -101,6 +104,8 @@ class PreemptibleRun:
         self._cancel = False  # asked for and not yet answered by a preemption or the end
         self._bound = False  # the block is bound to the running thread: kiln_run_cancel reaches it
         self._stopped = ctypes.c_int32(0)
+        self._waiters = 0  # threads in wait_stopped: the block is freed only once they left it
+        self._release_due = False
 
     @property
     def state(self) -> RunState:
@@ -144,6 +149,24 @@ class PreemptibleRun:
             if self._bound:
                 self._control.cancel(self._block)
 
+    def wait_stopped(self, timeout_s: float) -> float | None:
+        """From any thread: wait up to `timeout_s` for the running kernels to stop (at a cancel) or the
+        run to end; when that was (time.perf_counter's clock), or None if still running. Answered by
+        the pool itself, so it does not wait for the running thread to get the GIL back. A run
+        without Kiln's pool, or one already over, answers None at once."""
+        with self._lock:
+            if self._control is None or self._state in (RunState.FINISHED, RunState.FAILED, RunState.CLOSED):
+                return None
+            self._waiters += 1
+        try:
+            return self._control.wait(self._block, timeout_s)
+        finally:
+            with self._lock:
+                self._waiters -= 1
+                release = self._release_due and not self._waiters
+            if release:
+                self._release()
+
     def close(self) -> None:
         """Drop a run that will not be resumed: its arena goes back to the pool."""
         with self._lock:
@@ -151,6 +174,14 @@ class PreemptibleRun:
                 raise RunStateError("a running run cannot be closed; cancel it and close it once run() returned")
             if self._state is RunState.PREEMPTED or self._state is RunState.READY:
                 self._state = RunState.CLOSED
+        self._release_unwaited()
+
+    def _release_unwaited(self) -> None:
+        """Give back the arena and block now, or when the last wait_stopped leaves the block."""
+        with self._lock:
+            self._release_due = bool(self._waiters)
+            if self._release_due:
+                return
         self._release()
 
     def _answer(self, rc: int) -> RunResult:
@@ -160,7 +191,7 @@ class PreemptibleRun:
                 return self._preempted(self._stopped.value)
             self._cancel = False
             self._state = RunState.FINISHED if rc == 0 else RunState.FAILED
-        self._release()
+        self._release_unwaited()
         if rc != 0:
             raise self._fail(rc, self._stopped.value)
         return RunResult(self._outputs)

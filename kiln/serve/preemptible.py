@@ -2,7 +2,8 @@
 its run at the start, but a best-effort run preempted for real-time work should resume on the cores
 that work leaves idle (dynamic padding) and return to every core afterwards. Its `PoolRuns` reads
 `partition` at every `run()`, so the scheduler keeps the control and sets the partition before each
-resume (a launch resumed on a different partition runs again whole: safe, kernels are idempotent)."""
+resume (a launch resumed on a different partition still skips the iterations that finished: the pool
+records iterations, not chunks)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Three threads serve the queues (kiln.serve.queues):
 - the RT lane runs RT requests in arrival order on the first cores of the pool (a model's `cores`,
   default the cores its code was built for, at most the scheduler's), once a BE run it preempted
-  there has stopped (waiting at most BE_STOP_WAIT_S);
+  there has stopped (waiting at most BE_STOP_WAIT_S, on the pool itself: see "Hand-off" below);
 - the BE lane runs BE requests round-robin over models, as preemptible runs (kiln.runtime.run_handle):
   when an RT request arrives, a BE run on cores it needs is cancelled and stops at the next chunk
   checkpoint of Kiln's pool (the preemption latency, RT arrival to the run returned preempted, goes
@@ -11,6 +11,14 @@ Three threads serve the queues (kiln.serve.queues):
   work leaves idle (dynamic padding) or once the RT work is done, and is moved back to every core
   when the RT queue empties;
 - a reaper fails requests still queued past their timeout.
+Hand-off (RT arrival to RT running). The thread that submits an RT request cancels the BE run on
+the cores it needs first thing, before its feeds are checked and before any lane thread wakes (a
+malformed RT request costs the BE run a needless stop; it resumes at once). The RT lane then waits
+on the run's pool block (`PreemptibleRun.wait_stopped`, the GIL released), which the pool wakes the
+moment the BE kernels stopped: not on the BE lane's thread, which gets back into Python only when
+the GIL lets it. The preemption latency is RT arrival to that moment (the pool's stamp); each
+preemption's times (arrival, cancel issued, kernels stopped, BE back in Python, RT started) are kept
+for `preemption_traces()`.
 Models that cannot run preemptibly (symbolic shapes, graph executor) and batched runs use
 `Model.run` on the lane's cores and are not preempted. With `fifo=True` one lane runs one queue in
 arrival order and nothing is preempted: the baseline a server without priorities is.
@@ -57,14 +65,27 @@ PREEMPT_SAMPLES = 100_000
 BE_STOP_WAIT_S = 0.001
 
 
+@dataclass
+class PreemptTrace:
+    """One preemption's hand-off, on time.perf_counter's clock: the RT request's arrival, the cancel
+    issued, the BE kernels stopped (the pool's stamp; None for a run without Kiln's pool), the BE run
+    back in Python, the RT run started (None: the RT lane did not wait for this run)."""
+
+    arrival: float
+    cancelled: float = 0.0
+    stopped: float | None = None
+    returned: float | None = None
+    rt_started: float | None = None
+
+
 @dataclass(eq=False)
 class _InFlight:
-    """The BE run on the cores now; `rt_arrival`: arrival of the RT request that cancelled it."""
+    """The BE run on the cores now; `trace`: the RT preemption that cancelled it."""
 
     run: PreemptibleRun
     partition: Partition
     want: int  # the cores its model may use: fewer is a padding that ends with the RT work
-    rt_arrival: float | None = None
+    trace: PreemptTrace | None = None
     cancelled: bool = False
 
 
@@ -89,7 +110,9 @@ class ReefScheduler:
         self._closed = False
         self._rt_cores = 0  # cores RT work holds or is about to (0: none)
         self._be: _InFlight | None = None
+        self._preempt_lock = threading.Lock()  # one cancel per BE run, from whichever thread comes first
         self._preempt_s: collections.deque[float] = collections.deque(maxlen=PREEMPT_SAMPLES)
+        self._traces: collections.deque[PreemptTrace] = collections.deque(maxlen=PREEMPT_SAMPLES)
         lanes = [self._be_lane] if fifo else [self._rt_lane, self._be_lane]
         self._threads = [threading.Thread(target=f, name=f"kiln-serve-{f.__name__[1:]}", daemon=True)
                          for f in [*lanes, self._reaper]]
@@ -114,6 +137,11 @@ class ReefScheduler:
             return name in self._served
 
     def submit(self, request: InferRequest) -> Future:
+        # NOTE: first, without the scheduler's lock (a lane may hold it; one dict read is atomic): an
+        # RT request stops the BE run on its cores before anything else happens
+        early = self._served.get(request.model)
+        if early is not None and not self.fifo and early.priority(request) is Priority.RT:
+            self._preempt(self._cores_of(early), request.arrival)
         with self._cv:
             entry = self._served.get(request.model)
             closed = self._closed
@@ -154,6 +182,11 @@ class ReefScheduler:
         with self._cv:
             return list(self._preempt_s)
 
+    def preemption_traces(self) -> list[PreemptTrace]:
+        """The hand-offs of the last PREEMPT_SAMPLES preemptions (see PreemptTrace)."""
+        with self._cv:
+            return [copy.copy(t) for t in self._traces]
+
     def close(self, drain: bool = True) -> None:
         with self._cv:
             self._closed = True
@@ -179,10 +212,14 @@ class ReefScheduler:
                     cores = self._cores_of(first.served)
                     self._claim_rt(cores, time.perf_counter())  # arrival counted from here: it waited for RT work
                     batch = self._gather(first)
-                    self._cv.wait_for(lambda c=cores: not self._be_on(c), BE_STOP_WAIT_S)
+                    be = self._be if self._be_on(cores) else None
             if late:
                 self._expire(first)
             else:
+                if be is not None:
+                    be.run.wait_stopped(BE_STOP_WAIT_S)
+                    if be.trace is not None:
+                        be.trace.rt_started = time.perf_counter()
                 self._run_plain(batch, Partition(0, cores))
             with self._cv:
                 if not self._queues.has_rt():
@@ -197,19 +234,29 @@ class ReefScheduler:
     def _claim_rt(self, cores: int, arrival: float) -> None:
         """(under the lock) RT work needs cores [0, cores) from `arrival` on: cancel a BE run on any of them."""
         self._rt_cores = max(self._rt_cores, cores)
-        be = self._be
-        if self._be_on(self._rt_cores):
-            if be.rt_arrival is None:
-                be.rt_arrival = arrival
-            be.cancelled = True
-            be.run.cancel()
+        self._preempt(self._rt_cores, arrival)
+
+    def _preempt(self, cores: int, arrival: float) -> None:
+        """Cancel the BE run in flight if it is on one of cores [0, cores), for an RT request that
+        arrived at `arrival`. Any thread, with or without the scheduler's lock: the first call for a
+        run cancels it, later ones do nothing (a second cancel would stop its next resume at once)."""
+        with self._preempt_lock:
+            be = self._be
+            if be is None or be.partition.first >= cores or be.trace is not None:
+                return
+            be.trace = PreemptTrace(arrival)
+            if not be.cancelled:
+                be.cancelled = True
+                be.run.cancel()
+            be.trace.cancelled = time.perf_counter()
 
     def _grow_be(self) -> None:
         """(under the lock, RT idle) a BE run padded onto fewer cores is stopped to resume on all of its own."""
-        be = self._be
-        if be is not None and not be.cancelled and be.partition.cores < be.want:
-            be.cancelled = True
-            be.run.cancel()
+        with self._preempt_lock:
+            be = self._be
+            if be is not None and not be.cancelled and be.partition.cores < be.want:
+                be.cancelled = True
+                be.run.cancel()
 
     # -- the BE lane (every request in FIFO mode) ----------------------------------------------
 
@@ -278,19 +325,26 @@ class ReefScheduler:
             part = Partition(part.first, cores)
             if control is not None:
                 control.partition = part
-            self._be = _InFlight(run, part, self._cores_of(entry))
+            with self._preempt_lock:
+                self._be = _InFlight(run, part, self._cores_of(entry))
             return self._be
 
     def _landed(self, flight: _InFlight, preempted: bool, stats: ModelStats) -> None:
-        """The run returned: count an RT preemption and its latency."""
+        """The run returned: count an RT preemption and its latency (to when its kernels stopped)."""
         now = time.perf_counter()
+        trace = flight.trace
+        if preempted and trace is not None:
+            trace.returned, trace.stopped = now, flight.run.wait_stopped(0.0)
         with self._cv:
-            self._be = None
+            with self._preempt_lock:
+                self._be = None
             self._cv.notify_all()
-            if preempted and flight.rt_arrival is not None:
+            if preempted and trace is not None:
+                latency = max(0.0, (trace.stopped or now) - trace.arrival)
                 stats.preemptions += 1
-                stats.preempt_latency_s.observe(now - flight.rt_arrival)
-                self._preempt_s.append(now - flight.rt_arrival)
+                stats.preempt_latency_s.observe(latency)
+                self._preempt_s.append(latency)
+                self._traces.append(trace)
 
     # -- shared ------------------------------------------------------------------------------
 

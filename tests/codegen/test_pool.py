@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ POOL_CORES = 4  # more workers than this machine may have CPUs: correctness does
 class Counter(ctypes.Structure):
     _fields_ = [("hits", ctypes.c_void_p), ("tids", ctypes.c_void_p), ("chunks", ctypes.c_void_p),
                 ("fail_at", ctypes.c_int64), ("fail_code", ctypes.c_int32), ("cancel_at", ctypes.c_int64),
-                ("run", ctypes.c_void_p), ("inner", ctypes.c_int64)]
+                ("run", ctypes.c_void_p), ("inner", ctypes.c_int64), ("checks", ctypes.c_int32)]
 
 
 class Tasks:
@@ -43,10 +44,10 @@ class Tasks:
         lib.thread_id.restype = ctypes.c_int64
 
     def counter(self, n: int, *, fail_at: int = -1, fail_code: int = 0, cancel_at: int = -1, run=None,
-                inner: int = 0) -> tuple[Counter, dict[str, np.ndarray]]:
+                inner: int = 0, checks: bool = False) -> tuple[Counter, dict[str, np.ndarray]]:
         arrays = {"hits": np.zeros(max(n, 1), np.int32), "tids": np.zeros(max(n, 1), np.int64),
                   "chunks": np.zeros(1, np.int32)}
-        c = Counter(*(a.ctypes.data for a in arrays.values()), fail_at, fail_code, cancel_at, run, inner)
+        c = Counter(*(a.ctypes.data for a in arrays.values()), fail_at, fail_code, cancel_at, run, inner, checks)
         return c, arrays
 
     def launch(self, c: Counter, n: int, grain: int, flags: int = 0) -> int:
@@ -96,8 +97,14 @@ def test_every_iteration_runs_once(pool, tasks, cores, grain):
         with Bound(pool, 0, cores):
             assert tasks.launch(c, n, grain) == 0
         assert (a["hits"][:n] == 1).all(), (n, grain, cores)
-        chunks = 0 if n == 0 else -(-n // grain) if grain else min(n, cores)
+        # dynamic: ceil(n / grain) chunks, at most 16 per core, rounded up to a multiple of the cores
+        # (balance), at most n
+        chunks = min(n, _ceil(min(_ceil(n, grain), 16 * cores), cores) * cores) if grain else min(n, cores)
         assert a["chunks"][0] == chunks
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def test_without_a_run_the_caller_runs_everything_at_once(pool, tasks):
@@ -120,10 +127,10 @@ def test_a_nested_launch_runs_inside_its_chunk(pool, tasks):
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_the_first_error_wins_and_later_chunks_do_not_start(pool, tasks, cores):
-    c, a = tasks.counter(1000, fail_at=7, fail_code=-9)
+    c, a = tasks.counter(1600, fail_at=700, fail_code=-9)  # 16 chunks of 100: iteration 700 is chunk 7's
     with Bound(pool, 0, cores):
-        assert tasks.launch(c, 1000, 1) == -9
-    assert a["hits"][7] == 1
+        assert tasks.launch(c, 1600, 100) == -9
+    assert a["hits"][700] == 1
     assert a["chunks"][0] <= 8 + cores  # at most the chunks in flight when chunk 7 failed
     if cores == 1:
         assert a["chunks"][0] == 8
@@ -155,21 +162,132 @@ def test_cancel_preempts_and_a_resumable_launch_skips_its_finished_chunks(pool, 
         pool.kiln_run_free(run)
 
 
-@pytest.mark.parametrize("change", ["not resumable", "other grain", "other step"])
+def test_a_checkpoint_inside_a_chunk_stops_it_and_the_resume_starts_where_it_stopped(pool, tasks):
+    """One core, chunks of 10: the cancel at iteration 42 is seen inside chunk 4 (iterations 40..49),
+    which stops after 42 and says so; the resume runs iterations 43.. only."""
+    run = pool.kiln_run_new()
+    try:
+        c, a = tasks.counter(100, cancel_at=42, run=run, checks=True)
+        with Bound(pool, 0, 1, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == PREEMPTED
+        assert (a["hits"][:43] == 1).all() and (a["hits"][43:] == 0).all()
+        c.cancel_at = -1
+        with Bound(pool, 0, 1, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == 0
+        assert (a["hits"] == 1).all()
+    finally:
+        pool.kiln_run_free(run)
+
+
+def test_a_run_preempted_at_every_iteration_still_moves_on(pool, tasks):
+    """Each resume is cancelled in its first iteration on two cores: every resume still keeps the
+    iterations that finished, so the launch ends, each iteration run at most a few times."""
+    run = pool.kiln_run_new()
+    try:
+        n = 64
+        c, a = tasks.counter(n, run=run, checks=True)
+        resumes = 0
+        while True:
+            done = int((a["hits"] > 0).sum())
+            c.cancel_at = done if done < n else -1
+            with Bound(pool, 0, 2, run):
+                pool.kiln_run_enter_step(0)
+                if tasks.launch(c, n, 4, RESUMABLE) == 0:
+                    break
+            resumes += 1
+            assert resumes <= n
+        assert (a["hits"] >= 1).all() and a["hits"].max() <= 3
+    finally:
+        pool.kiln_run_free(run)
+
+
+@pytest.mark.parametrize("cores", [1, 2, POOL_CORES])
+def test_checkpoints_inside_chunks_stop_every_worker(pool, tasks, cores):
+    run = pool.kiln_run_new()
+    try:
+        c, a = tasks.counter(4000, cancel_at=100, run=run, checks=True)
+        with Bound(pool, 0, cores, run):
+            assert tasks.launch(c, 4000, 1000, RESUMABLE) == PREEMPTED
+        assert 101 <= int(a["hits"].sum()) < 4000  # every chunk stopped at its next iteration
+    finally:
+        pool.kiln_run_free(run)
+
+
+def test_a_step_boundary_is_a_checkpoint(pool):
+    run = pool.kiln_run_new()
+    try:
+        with Bound(pool, 0, 1, run):
+            assert pool.kiln_run_enter_step(0) == 0
+            pool.kiln_run_cancel(run)
+            assert pool.kiln_run_enter_step(1) == PREEMPTED
+        with Bound(pool, 0, 1, run):  # a fresh begin clears the cancel
+            assert pool.kiln_run_enter_step(1) == 0
+    finally:
+        pool.kiln_run_free(run)
+    assert pool.kiln_run_enter_step(0) == 0  # no run bound: nothing to stop
+
+
+def test_a_waiter_learns_when_and_that_a_run_stopped(pool, tasks):
+    run = pool.kiln_run_new()
+    try:
+        assert pool.kiln_run_wait(run, 0) > 0  # not begun: stopped
+        n, rc = 2_000_000, []
+        c, a = tasks.counter(n, run=run, checks=True)
+
+        def drive() -> None:
+            with Bound(pool, 0, 2, run):
+                rc.append(tasks.launch(c, n, 1000, RESUMABLE))
+
+        t = threading.Thread(target=drive)
+        t.start()
+        while not a["hits"][0]:
+            time.sleep(0.001)
+        assert pool.kiln_run_wait(run, 1000) == 0  # still running after a millisecond
+        asked = time.perf_counter()
+        pool.kiln_run_cancel(run)
+        stopped = pool.kiln_run_wait(run, 10_000_000) * 1e-9  # the clock of time.perf_counter
+        t.join()
+        assert rc == [PREEMPTED] and asked <= stopped <= time.perf_counter()
+        assert int(a["hits"].sum()) < n
+    finally:
+        pool.kiln_run_free(run)
+
+
+@pytest.mark.parametrize("change", ["not resumable", "other size", "other step"])
 def test_a_resume_reruns_the_whole_launch_when_it_cannot_skip(pool, tasks, change):
     run = pool.kiln_run_new()
     try:
-        c, a = tasks.counter(100, cancel_at=10, run=run)
+        c, a = tasks.counter(100, cancel_at=10, run=run)  # 10 chunks of 10
         flags = 0 if change == "not resumable" else RESUMABLE
         with Bound(pool, 0, 1, run):
             pool.kiln_run_enter_step(0)
-            assert tasks.launch(c, 100, 5, flags) == PREEMPTED
-        assert (a["hits"][:15] == 1).all() and (a["hits"][15:] == 0).all()
+            assert tasks.launch(c, 100, 10, flags) == PREEMPTED
+        assert (a["hits"][:20] == 1).all() and (a["hits"][20:] == 0).all()
         c.cancel_at = -1
+        n = 99 if change == "other size" else 100
         with Bound(pool, 0, 1, run):
             pool.kiln_run_enter_step(1 if change == "other step" else 0)
-            assert tasks.launch(c, 100, 7 if change == "other grain" else 5, flags) == 0
-        assert (a["hits"][:15] == 2).all() and (a["hits"][15:] == 1).all()
+            assert tasks.launch(c, n, 10, flags) == 0
+        assert (a["hits"][:20] == 2).all() and (a["hits"][20:n] == 1).all()
+    finally:
+        pool.kiln_run_free(run)
+
+
+def test_a_resume_on_another_partition_skips_the_finished_iterations(pool, tasks):
+    """What a record keeps is iterations, not chunks: a run stopped on one core resumes on four."""
+    run = pool.kiln_run_new()
+    try:
+        c, a = tasks.counter(100, cancel_at=10, run=run)
+        with Bound(pool, 0, 1, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == PREEMPTED
+        c.cancel_at = -1
+        with Bound(pool, 0, POOL_CORES, run):
+            pool.kiln_run_enter_step(0)
+            assert tasks.launch(c, 100, 10, RESUMABLE) == 0
+        assert (a["hits"] == 1).all()
     finally:
         pool.kiln_run_free(run)
 

@@ -42,7 +42,7 @@ def test_the_resumable_entry_marks_every_step(chain):
     cm, _, _ = chain
     entry = cm.library.source.code.split("kiln_model_run_from(", 1)[1]
     steps = len(cm.runner.memory_report().order)
-    assert [f"kiln_run_enter_step({i});" in entry for i in range(steps + 1)] == [True] * steps + [False]
+    assert [f"kiln_run_enter_step({i})" in entry for i in range(steps + 1)] == [True] * steps + [False]
 
 
 def test_a_cancel_from_another_thread_preempts_and_resume_equals_the_uninterrupted_run(chain):
@@ -127,3 +127,58 @@ def test_a_saved_model_loads_preemptible(chain, tmp_path):
     r = run.run()
     t.join()
     assert r.preempted and np.array_equal(run.resume().outputs[0], want[0])
+
+
+def test_the_kernels_check_for_a_cancel_inside_their_chunks(chain):
+    cm, _, _ = chain
+    assert "__atomic_load_n(kiln_ctl->cancel, __ATOMIC_RELAXED)) { kiln_ctl->stopped_at = " in cm.library.source.code
+
+
+def test_cancels_at_random_times_resume_to_the_same_outputs(chain):
+    """Cancels anywhere in the run (between kernels, between chunks, at checkpoints inside chunks):
+    every run, resumed as often as it is stopped, ends with the uninterrupted run's outputs."""
+    cm, feeds, want = chain
+    t0 = time.perf_counter()
+    cm.run(feeds)
+    whole = time.perf_counter() - t0
+    rng = np.random.default_rng(7)
+    preempted = 0
+    for _ in range(12):
+        run = cm.start(feeds)
+        while True:
+            started = threading.Event()
+            t = _cancel_after(run, float(rng.uniform(0.0, whole)), started)
+            started.set()
+            r = run.run()
+            t.join()
+            if not r.preempted:
+                break
+            preempted += 1
+        assert np.array_equal(r.outputs[0], want[0])
+    assert preempted
+
+
+def test_another_thread_learns_from_the_pool_when_the_kernels_stopped(chain):
+    """wait_stopped answers with the moment the kernels stopped, which is after the cancel and no
+    later than run() returning; over, the run answers None."""
+    cm, feeds, want = chain
+    run, started, seen = cm.start(feeds), threading.Event(), []
+
+    def cancel_and_wait() -> None:
+        started.wait()
+        time.sleep(0.002)
+        seen.append(time.perf_counter())
+        run.cancel()
+        seen.append(run.wait_stopped(10.0))
+
+    t = threading.Thread(target=cancel_and_wait)
+    t.start()
+    started.set()
+    r = run.run()
+    returned = time.perf_counter()
+    t.join()
+    asked, stopped = seen
+    assert r.preempted and stopped is not None and asked <= stopped <= returned
+    assert run.wait_stopped(0.0) == stopped  # stopped: answered at once, with the same time
+    assert np.array_equal(run.resume().outputs[0], want[0])
+    assert run.wait_stopped(0.0) is None

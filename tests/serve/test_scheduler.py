@@ -17,7 +17,7 @@ from kiln.errors import (
     UnknownModelError,
 )
 from kiln.serve.dispatch import InferRequest, ModelConfig, Priority
-from kiln.serve.scheduler import ReefScheduler
+from kiln.serve.scheduler import BE_STOP_WAIT_S, ReefScheduler
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -62,6 +62,29 @@ def test_an_rt_request_preempts_a_running_be_run_which_then_completes_as_a_solo_
     stats = sched.stats()["be"]
     assert stats.preemptions == 1 and stats.preempt_latency_s.n == 1
     assert stats.requests == 1 and stats.failures == 0
+    [t] = sched.preemption_traces()
+    # the kernels stopped (the pool's stamp) before the BE lane got back into Python, and the RT run
+    # started once they had stopped or it had waited BE_STOP_WAIT_S for them (None: the BE run was
+    # back before the RT lane looked)
+    assert t.arrival <= t.cancelled <= t.stopped <= t.returned
+    assert t.rt_started is None or t.rt_started >= min(t.stopped, t.cancelled + BE_STOP_WAIT_S)
+    assert sched.preemption_latencies() == [t.stopped - t.arrival]
+
+
+def test_an_rt_request_cancels_the_be_run_before_its_feeds_are_checked(sched, chain, small):
+    """The submitting thread cancels first thing; a malformed RT request then fails, and the BE run it
+    stopped resumes and answers right."""
+    (cm, cfeeds), (sm, _) = chain, small
+    sched.add("be", cm, ModelConfig())
+    sched.add("rt", sm, RT)
+    fb = sched.submit(InferRequest("be", cfeeds(1)))
+    _running(fb)
+    time.sleep(IN_FLIGHT_S)
+    with pytest.raises(InputError):
+        sched.submit(InferRequest("rt", {"nope": np.zeros(1, np.float32)})).result(10)
+    assert np.array_equal(fb.result(10)["y"], cm.run(cfeeds(1))[0])
+    [t] = sched.preemption_traces()
+    assert t.rt_started is None  # no RT run waited for it
 
 
 def test_a_request_priority_overrides_its_models(sched, chain):

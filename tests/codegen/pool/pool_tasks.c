@@ -15,9 +15,10 @@ typedef struct {
   int64_t cancel_at; /* this iteration cancels `run` (-1: none) */
   kiln_run_t* run;
   int64_t inner;     /* nested: each iteration launches `inner` iterations of its own */
+  int32_t checks;    /* after each iteration, a checkpoint: KILN_PREEMPTED once *ctl->cancel is set */
 } counter_t;
 
-static int32_t count_task(void* closure, int64_t begin, int64_t end) {
+static int32_t count_task(void* closure, int64_t begin, int64_t end, kiln_task_ctl_t* ctl) {
   counter_t* c = closure;
   __atomic_add_fetch(c->chunks, 1, __ATOMIC_RELAXED);
   for (int64_t i = begin; i < end; ++i) {
@@ -25,6 +26,10 @@ static int32_t count_task(void* closure, int64_t begin, int64_t end) {
     c->tids[i] = (int64_t)syscall(SYS_gettid);
     if (i == c->fail_at) return c->fail_code;
     if (i == c->cancel_at) kiln_run_cancel(c->run);
+    if (c->checks && __atomic_load_n(ctl->cancel, __ATOMIC_RELAXED)) {
+      ctl->stopped_at = i + 1; /* iteration i finished */
+      return KILN_PREEMPTED;
+    }
   }
   return 0;
 }
@@ -34,8 +39,9 @@ int32_t count_launch(counter_t* c, int64_t n, int64_t grain, int32_t flags) {
 }
 
 /* Each outer iteration i launches c->inner iterations that record into hits/tids at i * inner + j. */
-static int32_t nest_task(void* closure, int64_t begin, int64_t end) {
+static int32_t nest_task(void* closure, int64_t begin, int64_t end, kiln_task_ctl_t* ctl) {
   counter_t* c = closure;
+  (void)ctl;
   for (int64_t i = begin; i < end; ++i) {
     counter_t inner = *c;
     inner.hits = c->hits + i * c->inner;
