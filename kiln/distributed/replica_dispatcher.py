@@ -15,9 +15,6 @@ Dynamic batching is not done on this path: a model configured with max_batch is 
 from __future__ import annotations
 
 import collections
-import copy
-import heapq
-import itertools
 import threading
 import time
 from concurrent.futures import Future
@@ -27,14 +24,13 @@ from kiln.distributed.ray_env import connect
 from kiln.distributed.replica_set import ReplicaSet
 from kiln.errors import (
     KilnError,
-    QueueFullError,
-    RequestTimeoutError,
     ServeError,
     ServerClosedError,
     UnknownModelError,
 )
-from kiln.serve.dispatch import InferRequest, ModelConfig, ModelStats, Priority
-from kiln.serve.queues import Pending, Queues
+from kiln.serve.admission import Admission
+from kiln.serve.dispatch import ModelConfig, ModelStats, Priority
+from kiln.serve.queues import Pending
 from kiln.serve.served import Served, served
 
 if TYPE_CHECKING:
@@ -45,22 +41,16 @@ BE_PER_REPLICA = 1
 POLL_S = 0.05
 
 
-class RayDispatcher:
+class RayDispatcher(Admission):
     """Serves each model on `config.replicas` Ray actors of `config.cores` cores (one when unset), in the
     cluster at `address` (a local one when None). `fifo`: one queue in arrival order, priorities ignored."""
 
     def __init__(self, address: str | None = None, fifo: bool = False) -> None:
         connect(address)  # a server without its cluster fails at start, not at its first request
-        self.address, self.fifo = address, fifo
-        self._cv = threading.Condition()
-        self._served: dict[str, Served] = {}
+        super().__init__(fifo)
+        self.address = address
         self._replicas: dict[Served, ReplicaSet] = {}
-        self._stats: dict[str, ModelStats] = {}
-        self._queues = Queues(fifo)
         self._running: collections.Counter[Served] = collections.Counter()  # sent, not yet answered
-        self._deadlines: list[tuple[float, int, Pending]] = []
-        self._seq = itertools.count()
-        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="kiln-serve-ray", daemon=True)
         self._thread.start()
 
@@ -97,46 +87,13 @@ class RayDispatcher:
         with self._cv:
             return self._replicas[self._served[name]]
 
-    def submit(self, request: InferRequest) -> Future:
-        with self._cv:
-            entry, closed = self._served.get(request.model), self._closed
-        if closed:
-            return _failed(ServerClosedError("the server is shutting down and takes no more requests"))
-        if entry is None:
-            return _failed(UnknownModelError(f"no model named '{request.model}' is served"))
-        try:
-            feeds = entry.check(request)
-        except KilnError as e:
-            with self._cv:
-                self._stats[entry.name].requests += 1
-                self._stats[entry.name].failures += 1
-            return _failed(e)
-        timeout = entry.timeout(request)
-        p = Pending(request, entry, feeds, entry.priority(request),
-                    None if timeout is None else request.arrival + timeout)
-        with self._cv:
-            if self._queues.queued(entry.name) >= entry.config.queue_limit:
-                self._stats[entry.name].refused += 1
-                return _failed(QueueFullError(f"model '{entry.name}' has {entry.config.queue_limit} requests "
-                                              "queued (its queue limit); try again later"))
-            self._queues.push(p)
-            if p.deadline is not None:
-                heapq.heappush(self._deadlines, (p.deadline, next(self._seq), p))
-            self._cv.notify_all()
-        return p.future
-
-    def stats(self) -> dict[str, ModelStats]:
-        with self._cv:
-            return copy.deepcopy(self._stats)
-
     def close(self, drain: bool = True) -> None:
         """Stop taking requests, answer (or with drain=False fail) the queued ones, then end every replica."""
         with self._cv:
             self._closed = True
             dropped = [] if drain else self._queues.clear()
             self._cv.notify_all()
-        for p in dropped:
-            self._settle(p, ServerClosedError("the server shut down before this request ran"))
+        self._settle(dropped, ServerClosedError("the server shut down before this request ran"))
         self._thread.join()
         with self._cv:
             self._cv.wait_for(lambda: not any(self._running.values()))
@@ -157,9 +114,7 @@ class RayDispatcher:
                     work = self._work()
             expired, send = work
             for p in expired:
-                waited = p.deadline - p.request.arrival
-                self._settle(p, RequestTimeoutError(f"request for model '{p.served.name}' waited {waited:.3g} s "
-                                                    "in the queue (its timeout)"))
+                self._expire(p)
             if send == "closed":
                 return
             if send is not None:
@@ -168,11 +123,7 @@ class RayDispatcher:
     def _work(self) -> tuple[list[Pending], tuple[Pending, int | None] | str | None] | None:
         """(under the lock) requests past their deadline and the next one to send, or "closed" when
         closing and nothing is queued; None when there is nothing to do yet."""
-        now, expired = time.perf_counter(), []
-        while self._deadlines and self._deadlines[0][0] <= now:
-            p = heapq.heappop(self._deadlines)[2]
-            if self._queues.remove(p):
-                expired.append(p)
+        expired = self._expired()
         p = self._queues.pop_rt(self._has_room) or self._queues.pop_be(self._has_room)
         if p is not None:
             self._running[p.served] += 1
@@ -242,16 +193,6 @@ class RayDispatcher:
             self._running[p.served] -= 1
             self._cv.notify_all()
 
-    def _settle(self, p: Pending, error: ServeError) -> None:
-        """Fail `p`, taken out of its queue before it was sent (timed out, or closed without draining)."""
-        with self._cv:
-            stats = self._stats[p.served.name]
-            stats.requests += 1
-            stats.failures += 1
-            stats.timeouts += isinstance(error, RequestTimeoutError)
-        if p.future.set_running_or_notify_cancel():
-            p.future.set_exception(error)
-
     def _retire(self, entry: Served) -> None:
         """End `entry`'s replicas once its queued and running requests are answered."""
         with self._cv:
@@ -260,8 +201,3 @@ class RayDispatcher:
         if replicas is not None:
             replicas.close()
 
-
-def _failed(error: KilnError) -> Future:
-    f: Future = Future()
-    f.set_exception(error)
-    return f

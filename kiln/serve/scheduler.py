@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import heapq
-import itertools
 import threading
 import time
 from concurrent.futures import Future
@@ -38,18 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.errors import (
     ArtifactError,
-    KilnError,
-    QueueFullError,
-    RequestTimeoutError,
     ServeError,
     ServerClosedError,
     UnknownModelError,
 )
 from kiln.runtime.thread_pool import Partition, running, runtime
+from kiln.serve.admission import Admission
 from kiln.serve.batching import run_batched
 from kiln.serve.dispatch import InferRequest, ModelConfig, ModelStats, Priority
 from kiln.serve.preemptible import preemptible, start_movable
-from kiln.serve.queues import Pending, Queues
+from kiln.serve.queues import Pending
 from kiln.serve.served import Served, served
 
 if TYPE_CHECKING:
@@ -89,7 +85,7 @@ class _InFlight:
     cancelled: bool = False
 
 
-class ReefScheduler:
+class ReefScheduler(Admission):
     """A Dispatcher (kiln.serve.dispatch) over `cores` cores of Kiln's pool (default: all of them).
     Stats: a request refused for a full queue counts only as `refused`; one with bad feeds, timed out
     or dropped at close counts as a request and a failure."""
@@ -98,16 +94,9 @@ class ReefScheduler:
         pool_cores = runtime().config.cores
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
             raise ServeError(f"scheduler cores={cores!r}: expected a positive integer")
+        super().__init__(fifo)
         self.cores = min(cores or pool_cores, pool_cores)
-        self.fifo = fifo
-        self._cv = threading.Condition()
-        self._served: dict[str, Served] = {}
-        self._stats: dict[str, ModelStats] = {}
-        self._queues = Queues(fifo)
         self._running: collections.Counter[str] = collections.Counter()
-        self._deadlines: list[tuple[float, int, Pending]] = []
-        self._seq = itertools.count()
-        self._closed = False
         self._rt_cores = 0  # cores RT work holds or is about to (0: none)
         self._be: _InFlight | None = None
         self._preempt_lock = threading.Lock()  # one cancel per BE run, from whichever thread comes first
@@ -142,39 +131,11 @@ class ReefScheduler:
         early = self._served.get(request.model)
         if early is not None and not self.fifo and early.priority(request) is Priority.RT:
             self._preempt(self._cores_of(early), request.arrival)
-        with self._cv:
-            entry = self._served.get(request.model)
-            closed = self._closed
-        if closed:
-            return _failed(ServerClosedError("the server is shutting down and takes no more requests"))
-        if entry is None:
-            return _failed(UnknownModelError(f"no model named '{request.model}' is served"))
-        try:
-            feeds = entry.check(request)
-        except KilnError as e:
-            with self._cv:
-                self._stats[entry.name].requests += 1
-                self._stats[entry.name].failures += 1
-            return _failed(e)
-        timeout = entry.timeout(request)
-        p = Pending(request, entry, feeds, entry.priority(request),
-                    None if timeout is None else request.arrival + timeout)
-        with self._cv:
-            if self._queues.queued(entry.name) >= entry.config.queue_limit:
-                self._stats[entry.name].refused += 1
-                return _failed(QueueFullError(f"model '{entry.name}' has {entry.config.queue_limit} requests "
-                                              "queued (its queue limit); try again later"))
-            self._queues.push(p)
-            if p.deadline is not None:
-                heapq.heappush(self._deadlines, (p.deadline, next(self._seq), p))
-            if p.priority is Priority.RT and not self.fifo:
-                self._claim_rt(self._cores_of(entry), request.arrival)
-            self._cv.notify_all()
-        return p.future
+        return super().submit(request)
 
-    def stats(self) -> dict[str, ModelStats]:
-        with self._cv:
-            return copy.deepcopy(self._stats)
+    def _queued(self, p: Pending) -> None:
+        if p.priority is Priority.RT and not self.fifo:
+            self._claim_rt(self._cores_of(p.served), p.request.arrival)
 
     def preemption_latencies(self) -> list[float]:
         """Seconds from RT arrival to the BE run stopped, for the last PREEMPT_SAMPLES preemptions
@@ -192,8 +153,7 @@ class ReefScheduler:
             self._closed = True
             dropped = [] if drain else self._queues.clear()
             self._cv.notify_all()
-        for p in dropped:
-            self._settle([p], error=ServerClosedError("the server shut down before this request ran"))
+        self._settle(dropped, ServerClosedError("the server shut down before this request ran"))
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join()
@@ -423,51 +383,22 @@ class ReefScheduler:
             else:
                 p.future.set_result(p.served.answer(p.request, outputs[i]))
 
-    def _settle(self, dropped: list[Pending], error: ServeError) -> None:
-        """Fail requests taken out of the queue before they ran (timed out, or closed without draining)."""
-        with self._cv:
-            for p in dropped:
-                stats = self._stats[p.served.name]
-                stats.requests += 1
-                stats.failures += 1
-                stats.timeouts += isinstance(error, RequestTimeoutError)
-            self._cv.notify_all()
-        for p in dropped:
-            if p.future.set_running_or_notify_cancel():
-                p.future.set_exception(error)
-
     def _reaper(self) -> None:
         """Fail requests still queued at their deadline."""
         while True:
             with self._cv:
                 if self._closed and not self._queues:
                     return
-                now = time.perf_counter()
-                expired = []
-                while self._deadlines and self._deadlines[0][0] <= now:
-                    p = heapq.heappop(self._deadlines)[2]
-                    if self._queues.remove(p):
-                        expired.append(p)
+                expired = self._expired()
                 if not expired:
-                    wait = self._deadlines[0][0] - now if self._deadlines else None
+                    wait = self._deadlines[0][0] - time.perf_counter() if self._deadlines else None
                     self._cv.wait(wait)
                     continue
             for p in expired:
                 self._expire(p)
-
-    def _expire(self, p: Pending) -> None:
-        """Fail `p`, taken out of its queue past its deadline."""
-        timeout = p.deadline - p.request.arrival
-        self._settle([p], RequestTimeoutError(
-            f"request for model '{p.served.name}' waited {timeout:.3g} s in the queue (its timeout)"))
 
 
 def _late(p: Pending) -> bool:
     """Its deadline passed while it was queued (the reaper had not got to it yet)."""
     return p.deadline is not None and p.deadline <= time.perf_counter()
 
-
-def _failed(error: KilnError) -> Future:
-    f: Future = Future()
-    f.set_exception(error)
-    return f
