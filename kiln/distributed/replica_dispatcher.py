@@ -25,7 +25,6 @@ from kiln.distributed.replica_set import ReplicaSet
 from kiln.errors import (
     KilnError,
     ServeError,
-    ServerClosedError,
     UnknownModelError,
 )
 from kiln.serve.admission import Admission
@@ -89,11 +88,7 @@ class RayDispatcher(Admission):
 
     def close(self, drain: bool = True) -> None:
         """Stop taking requests, answer (or with drain=False fail) the queued ones, then end every replica."""
-        with self._cv:
-            self._closed = True
-            dropped = [] if drain else self._queues.clear()
-            self._cv.notify_all()
-        self._settle(dropped, ServerClosedError("the server shut down before this request ran"))
+        self._stop_admitting(drain)
         self._thread.join()
         with self._cv:
             self._cv.wait_for(lambda: not any(self._running.values()))

@@ -73,6 +73,14 @@ class Admission:
             self._cv.notify_all()
         return p.future
 
+    def _stop_admitting(self, drain: bool) -> None:
+        """Take no more requests; without `drain` fail the queued ones now (with it, they still run)."""
+        with self._cv:
+            self._closed = True
+            dropped = [] if drain else self._queues.clear()
+            self._cv.notify_all()
+        self._settle(dropped, ServerClosedError("the server shut down before this request ran"))
+
     def _queued(self, p: Pending) -> None:
         """(under the lock) `p` was just queued: what a subclass does before the lanes wake."""
 

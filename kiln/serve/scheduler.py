@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from kiln.errors import (
     ArtifactError,
     ServeError,
-    ServerClosedError,
     UnknownModelError,
 )
 from kiln.runtime.thread_pool import Partition, running, runtime
@@ -149,11 +148,7 @@ class ReefScheduler(Admission):
             return [copy.copy(t) for t in self._traces]
 
     def close(self, drain: bool = True) -> None:
-        with self._cv:
-            self._closed = True
-            dropped = [] if drain else self._queues.clear()
-            self._cv.notify_all()
-        self._settle(dropped, ServerClosedError("the server shut down before this request ran"))
+        self._stop_admitting(drain)
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join()
