@@ -4,10 +4,13 @@ instruction.
 
 Per step (one input-channel tile of one output tile) it takes the load unit's DMA cycles (input rows
 inside the image, weights when they are not resident, the epilogue's operands at an output tile's
-first step), the compute unit's cycles (matrix-unit passes from the bank model, or the vector unit's,
-plus the epilogue at the tile's last step) and per output tile the store's DMA cycles; then it runs
-the three-stage pipeline with the lowering's slots: a load waits for the compute of the step `slots`
-back, a tile's first compute for its load and for the store of the tile `slots` back.
+first step), the multiply-add unit's cycles (matrix-unit passes from the bank model, or the vector
+unit's for a depthwise layer) and per output tile the epilogue's vector cycles and the store's DMA
+cycles; then it runs the four-unit pipeline with the lowering's slots: a load waits for the multiply-adds
+of the step `slots` back (its operands for the epilogue `slots` tiles back), a tile's first multiply-adds
+for their load and for the store of the tile `slots` back, the epilogue for the tile's multiply-adds
+(on their own unit after a depthwise MAC, and with the matrix unit waiting for it when epilogues do not
+overlap), the store for the epilogue.
 """
 
 from __future__ import annotations
@@ -36,27 +39,46 @@ class TileCost:
 
 @dataclass
 class _Pipeline:
-    """The three units' clocks and the finish times the slots' tokens wait for."""
+    """The four units' clocks and the finish times the slots' tokens wait for."""
 
     slots: int
     load: int = 0
     compute: int = 0
+    vector: int = 0
     store: int = 0
 
     def __post_init__(self) -> None:
         self.compute_done: list[int] = []
+        self.vector_done: list[int] = []
         self.store_done: list[int] = []
 
-    def step(self, load: int, compute: int, first_of_tile: bool) -> None:
+    def step(self, load: tuple[int, int], compute: int, first_of_tile: bool) -> None:
+        """One step: `load` the DMA cycles before and after the wait for the epilogue freeing the operands
+        (a tile's first step), `compute` its multiply-adds."""
         j = len(self.compute_done)
-        self.load = max(self.load, self.compute_done[j - self.slots] if j >= self.slots else 0) + load
-        t = len(self.store_done)
+        self.load = max(self.load, self.compute_done[j - self.slots] if j >= self.slots else 0) + load[0]
+        t = len(self.vector_done)
+        if first_of_tile and load[1]:
+            self.load = max(self.load, self.vector_done[t - self.slots] if t >= self.slots else 0) + load[1]
         ready = self.store_done[t - self.slots] if first_of_tile and t >= self.slots else 0
         self.compute = max(self.compute, self.load, ready) + compute
         self.compute_done.append(self.compute)
 
+    def epilogue(self, vector: int, same_unit: bool, overlap: bool) -> None:
+        """A tile's epilogue: on the multiply-add unit itself (a depthwise layer's), or handed to the
+        vector unit (the matrix unit waiting for it unless it overlaps)."""
+        if same_unit:
+            self.compute += vector
+            self.vector = self.compute
+        else:
+            self.vector = max(self.vector, self.compute) + vector
+            if not overlap:
+                self.compute = self.vector + TOKEN_CYCLES
+        self.compute_done[-1] = self.compute
+        self.vector_done.append(self.vector)
+
     def store_tile(self, store: int) -> None:
-        self.store = max(self.store, self.compute) + store
+        self.store = max(self.store, self.vector) + store
         self.store_done.append(self.store)
 
 
@@ -82,16 +104,24 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
                     wgt = spec.kh * spec.kw * (1 if spec.depthwise else cin) * cout * spec.itemsize
                     moved = [inside * (cin // spec.pack) * spec.itemsize] + \
                         ([wgt] if not resident or k_oh == 0 else []) + (operands if k == 0 else [])
-                    last = k == len(ci_starts) - 1
-                    vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes) if last else 0
-                    pipe.step(sum(config.dma_cycles(b) for b in moved) + 2 * TOKEN_CYCLES,
-                              macs + vector + 3 * TOKEN_CYCLES, k == 0)
+                    pipe.step(_load_cycles(moved, operands if k == 0 else [], config),
+                              macs + 3 * TOKEN_CYCLES, k == 0)
                     dma += sum(moved)
-                    compute_total += macs + vector
+                    compute_total += macs
                     conflicts += lost
+                vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes)
+                pipe.epilogue(vector + 3 * TOKEN_CYCLES, spec.depthwise, options.overlap_epilogue)
+                compute_total += vector
                 pipe.store_tile(config.dma_cycles(out_bytes) + 2 * TOKEN_CYCLES)
                 dma += out_bytes
     return TileCost(tile, max(pipe.load, pipe.compute, pipe.store), dma, compute_total, conflicts)
+
+
+def _load_cycles(moved: list[int], operands: list[int], config: NpuConfig) -> tuple[int, int]:
+    """A step's load cycles before and after its wait for the aux slots (the operands, the last of `moved`)."""
+    first = moved[:len(moved) - len(operands)]
+    return (sum(config.dma_cycles(b) for b in first) + 2 * TOKEN_CYCLES,
+            sum(config.dma_cycles(b) for b in operands) + (TOKEN_CYCLES if operands else 0))
 
 
 def _inside_rows(spec: ConvSpec, oh: int, rows: int) -> int:
