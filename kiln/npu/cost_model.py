@@ -83,8 +83,12 @@ class _Pipeline:
 
 
 def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = ALL_ON,
-            epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
-    """The predicted cycles, DMA bytes, compute cycles and conflicts of `spec` lowered with `tile`."""
+            epilogue: tuple[EpilogueOp, ...] = (), held: frozenset[str] = frozenset()) -> TileCost:
+    """The predicted cycles, DMA bytes, compute cycles and conflicts of `spec` lowered with `tile`; the
+    tensors named in `held` ("inp", "out", an epilogue operand) are on chip (kiln.npu.onchip): moving them
+    costs on-chip moves and no DMA bytes, so re-reading a held input for each output-channel tile is
+    cheap and a small first weight block wins."""
+    move = _Mover(spec, config, held)
     pipe = _Pipeline(2 if options.double_buffer else 1)
     ci_starts = [0] if spec.depthwise else list(range(0, spec.cin, tile.cin))
     resident = len(ci_starts) == 1
@@ -97,31 +101,41 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
                 pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
                 inside = _inside_rows(spec, oh, rows) * inside_columns(spec)
                 out_bytes = rows * spec.out_w * cout * spec.itemsize
-                operands = [cout * spec.itemsize if e.per_channel else out_bytes for e in epilogue if e.tensor]
+                operands = [(cout * spec.itemsize if e.per_channel else out_bytes, e.tensor) for e in epilogue
+                            if e.tensor]
                 for k, ci in enumerate(ci_starts):
                     cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
                     macs, lost = _mac_cycles(spec, rows, cin, cout, pitch, row_pitch, config)
                     wgt = spec.kh * spec.kw * (1 if spec.depthwise else cin) * cout * spec.itemsize
-                    moved = [inside * (cin // spec.pack) * spec.itemsize] + \
-                        ([wgt] if not resident or k_oh == 0 else []) + (operands if k == 0 else [])
-                    pipe.step(_load_cycles(moved, operands if k == 0 else [], config),
-                              macs + 3 * TOKEN_CYCLES, k == 0)
-                    dma += sum(moved)
+                    first = [move(inside * (cin // spec.pack) * spec.itemsize, "inp")] + \
+                        ([move(wgt, "wgt")] if not resident or k_oh == 0 else [])
+                    then = [move(b, name) for b, name in operands] if k == 0 else []
+                    pipe.step((sum(c for c, _ in first) + 2 * TOKEN_CYCLES,
+                               sum(c for c, _ in then) + (TOKEN_CYCLES if then else 0)), macs + 3 * TOKEN_CYCLES,
+                              k == 0)
+                    dma += sum(b for _, b in first + then)
                     compute_total += macs
                     conflicts += lost
                 vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes)
                 pipe.epilogue(vector + 3 * TOKEN_CYCLES, spec.depthwise, options.overlap_epilogue)
                 compute_total += vector
-                pipe.store_tile(config.dma_cycles(out_bytes) + 2 * TOKEN_CYCLES)
-                dma += out_bytes
+                stored = move(out_bytes, "out")
+                pipe.store_tile(stored[0] + 2 * TOKEN_CYCLES)
+                dma += stored[1]
     return TileCost(tile, max(pipe.load, pipe.compute, pipe.store), dma, compute_total, conflicts)
 
 
-def _load_cycles(moved: list[int], operands: list[int], config: NpuConfig) -> tuple[int, int]:
-    """A step's load cycles before and after its wait for the aux slots (the operands, the last of `moved`)."""
-    first = moved[:len(moved) - len(operands)]
-    return (sum(config.dma_cycles(b) for b in first) + 2 * TOKEN_CYCLES,
-            sum(config.dma_cycles(b) for b in operands) + (TOKEN_CYCLES if operands else 0))
+class _Mover:
+    """A transfer's (cycles, DMA bytes): by DMA, or an on-chip move for a held tensor (as the simulator
+    costs them)."""
+
+    def __init__(self, spec: ConvSpec, config: NpuConfig, held: frozenset[str]):
+        self.spec, self.config, self.held = spec, config, held
+
+    def __call__(self, nbytes: int, name: str) -> tuple[int, int]:
+        if name in self.held:
+            return banks.move_cycles(nbytes, self.spec.itemsize, self.config.block_in, self.config.banks), 0
+        return self.config.dma_cycles(nbytes), nbytes
 
 
 def _inside_rows(spec: ConvSpec, oh: int, rows: int) -> int:
