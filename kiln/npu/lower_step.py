@@ -42,8 +42,8 @@ def _retiled(step: Step, kernel: NpuKernel, index: int, plan: onchip.Plan, confi
     """`kernel` lowered with the tile the cost model picks when its held tensors cost on-chip moves (a held
     input re-read per output-channel tile is cheap, a smaller first weight block is exposed less), among
     the tiles that fit beside the held tensors; `kernel` itself when nothing of it is held or the new
-    program would not fit. Only the output channels of its tile change: each output element is the same
-    sum over the same GEMM rows, so the outputs stay bit-identical."""
+    program would not fit. Its input-channel tile stays: each output element is the same sum, formed by the
+    simulator the same way in any tile of rows and output channels, so the outputs stay bit-identical."""
     held = plan.names(index)
     if not held or kernel.tile is None:
         return kernel
@@ -55,7 +55,7 @@ def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_
                tiling_mode: str = "cost-model", held: frozenset[str] = frozenset(),
                like: Tile | None = None) -> NpuKernel:
     """The kernel of an accelerator step; `held` names its tensors kept on chip and `like` the tile
-    whose rows and input channels it keeps, for the cost model (tiling.best_tile)."""
+    whose input channels it keeps, for the cost model (tiling.best_tile)."""
     if isinstance(step, Int8Step):
         return lower_int8(step, name, config, options, tiling_mode, held, like)
     op = step.anchor.op.name

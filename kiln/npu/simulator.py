@@ -216,8 +216,8 @@ class _State:
             col = ins.kw * ins.col_step
             window = inp[ins.kh:ins.kh + ins.stride * (ins.out_h - 1) + 1:ins.stride,
                          col:col + ins.stride * (ins.out_w - 1) + 1:ins.stride]
-            a = window.reshape(-1, window.shape[-1]).astype(self.acc_dtype)
-            product = (a @ wgt.astype(self.acc_dtype)).reshape(ins.out_h, ins.out_w, -1)
+            product = _blocks_product(np.ascontiguousarray(window, dtype=self.acc_dtype), wgt.astype(self.acc_dtype),
+                                      c.block_out)
             key = ("acc", ins.acc_slot)
             self.tiles[key] = product if ins.reset else self.tiles[key] + product
         self._check_fits("acc", ins.out_h * ins.out_w * cout * self.acc_dtype.itemsize, "an accumulator tile")
@@ -293,6 +293,17 @@ class _State:
         if ins.tensor not in self.held:
             self.stats.stored_bytes += nbytes
         return self._transfer(ins.tensor, nbytes, dst.dtype.itemsize)
+
+
+def _blocks_product(window: np.ndarray, w: np.ndarray, block_out: int) -> np.ndarray:
+    """window (rows, cols, K) @ w (K, N) as the matrix unit forms it: a row of output pixels by a block of
+    `block_out` output channels at a time. A float product then does not depend on how many rows or output
+    channels a tile holds (one matmul over all of them may order its sums by their count); integer sums
+    are exact in any order, one matmul."""
+    if window.dtype.kind != "f":
+        return (window.reshape(-1, window.shape[-1]) @ w).reshape(*window.shape[:2], -1)
+    return np.concatenate([np.matmul(window, np.ascontiguousarray(w[:, j:j + block_out]))
+                           for j in range(0, w.shape[1], block_out)], axis=2)
 
 
 def _region(src: np.ndarray, start: tuple[int, ...], size: tuple[int, ...], fill: float) -> np.ndarray:

@@ -57,9 +57,9 @@ def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
               epilogue: tuple[EpilogueOp, ...] = (), held: frozenset[str] = frozenset(),
               like: Tile | None = None) -> Tile:
     """The candidate the cost model predicts fastest (fewer DMA bytes break a tie); `held` names the
-    tensors on chip (kiln.npu.cost_model.predict); with `like`, only the candidates of its rows and input
-    channels (only their output channels differ: every output element is the same sum of the same GEMM
-    rows, so a lowering's results stay bit for bit)."""
+    tensors on chip (kiln.npu.cost_model.predict); with `like`, only the candidates of its input-channel
+    tile (the split of each output's sum over GEMMs: with the same split a lowering's results stay bit for
+    bit, the simulator forming each output row and channel block alike in any tile)."""
     return best_cost(spec, config, options, epilogue, held, like).tile
 
 
@@ -70,16 +70,15 @@ def best_cost(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
     operands = sum(e.tensor is not None for e in epilogue)
     tiles = [t for t in candidates(spec, config, options, operands) if like is None or _alike(spec, t, like)]
     if not tiles:
-        raise NoTileFitsError(f"no tile of {spec} with the rows and input channels of {like} fits the "
+        raise NoTileFitsError(f"no tile of {spec} with the input channels of {like} fits the "
                               f"accelerator's buffers ({config.to_json()})")
     costs = [predict(spec, t, config, options, epilogue, held) for t in tiles]
     return min(costs, key=lambda c: (c.cycles, c.dma_bytes))
 
 
 def _alike(spec: ConvSpec, tile: Tile, like: Tile) -> bool:
-    """Whether `tile` has `like`'s rows and input channels (as many as `spec` has)."""
-    return (min(tile.rows, spec.out_h), min(tile.cin, spec.cin)) == (min(like.rows, spec.out_h),
-                                                                     min(like.cin, spec.cin))
+    """Whether `tile` splits the input channels as `like` does."""
+    return min(tile.cin, spec.cin) == min(like.cin, spec.cin)
 
 
 def pick(spec: ConvSpec, config: NpuConfig, options: Options, epilogue: tuple[EpilogueOp, ...], mode: str,
