@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
-from kiln.npu.lower_conv import ALL_ON, Options, input_layout
+from kiln.npu.lower_conv import ALL_ON, Options, input_layout, next_weights
 from kiln.npu.packing import inside_columns
 
 TOKEN_CYCLES = 1  # a Push or a Pop
@@ -52,9 +52,10 @@ class _Pipeline:
         self.vector_done: list[int] = []
         self.store_done: list[int] = []
 
-    def step(self, load: tuple[int, int], compute: int, first_of_tile: bool) -> None:
+    def step(self, load: tuple[int, int], compute: int, first_of_tile: bool, after: int = 0) -> None:
         """One step: `load` the DMA cycles before and after the wait for the epilogue freeing the operands
-        (a tile's first step), `compute` its multiply-adds."""
+        (a tile's first step), `compute` its multiply-adds, `after` the load unit's cycles past its push
+        (the next output-channel tile's weights loaded ahead)."""
         j = len(self.compute_done)
         self.load = max(self.load, self.compute_done[j - self.slots] if j >= self.slots else 0) + load[0]
         t = len(self.vector_done)
@@ -63,6 +64,7 @@ class _Pipeline:
         ready = self.store_done[t - self.slots] if first_of_tile and t >= self.slots else 0
         self.compute = max(self.compute, self.load, ready) + compute
         self.compute_done.append(self.compute)
+        self.load += after
 
     def epilogue(self, vector: int, same_unit: bool, overlap: bool) -> None:
         """A tile's epilogue: on the multiply-add unit itself (a depthwise layer's), or handed to the
@@ -92,10 +94,12 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
     pipe = _Pipeline(2 if options.double_buffer else 1)
     ci_starts = [0] if spec.depthwise else list(range(0, spec.cin, tile.cin))
     resident = len(ci_starts) == 1
+    ahead = resident and options.double_buffer and spec.out_h > tile.rows  # lower_conv._prefetch_weights
     dma = compute_total = conflicts = 0
-    for _ in range(spec.n):
+    for n in range(spec.n):
         for co in range(0, spec.cout, tile.cout):
             cout = min(tile.cout, spec.cout - co)
+            nxt = next_weights(spec, tile, (n, co)) if ahead else None
             for k_oh, oh in enumerate(range(0, spec.out_h, tile.rows)):
                 rows = min(tile.rows, spec.out_h - oh)
                 pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
@@ -107,13 +111,16 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
                     cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
                     macs, lost = _mac_cycles(spec, rows, cin, cout, pitch, row_pitch, config)
                     wgt = spec.kh * spec.kw * (1 if spec.depthwise else cin) * cout * spec.itemsize
+                    own = not resident or (k_oh == 0 and not (ahead and (n, co) != (0, 0)))
                     first = [move(inside * (cin // spec.pack) * spec.itemsize, "inp")] + \
-                        ([move(wgt, "wgt")] if not resident or k_oh == 0 else [])
+                        ([move(wgt, "wgt")] if own else [])
                     then = [move(b, name) for b, name in operands] if k == 0 else []
+                    later = [move(spec.kh * spec.kw * spec.weight_cin * min(tile.cout, spec.cout - nxt[1]) *
+                                  spec.itemsize, "wgt")] if nxt and k_oh == 1 else []
                     pipe.step((sum(c for c, _ in first) + 2 * TOKEN_CYCLES,
                                sum(c for c, _ in then) + (TOKEN_CYCLES if then else 0)), macs + 3 * TOKEN_CYCLES,
-                              k == 0)
-                    dma += sum(b for _, b in first + then)
+                              k == 0, sum(c for c, _ in later))
+                    dma += sum(b for _, b in first + then + later)
                     compute_total += macs
                     conflicts += lost
                 vector = len(epilogue) * -(-rows * spec.out_w * cout // config.vector_lanes)

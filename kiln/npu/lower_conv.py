@@ -77,6 +77,7 @@ class _Queues:
         self.wgt_slot = 0
         self.weight_tiles = 0  # resident weight tiles loaded so far: they alternate slots by this count
         self.weights_for: tuple[int, int] | None = None
+        self.prefetched: tuple[int, int, int] | None = None  # (n, co, slot) of resident weights loaded ahead
 
 
 def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
@@ -98,10 +99,11 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         q.out.append(Load("inp", slot, inp, (n, oh * spec.stride - spec.pads[0], -spec.pads[1], ci),
                           (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch, pack=spec.pack))
         resident = len(ci_starts) == 1
+        if resident and q.prefetched is not None and q.prefetched[:2] == (n, co):
+            q.wgt_slot, q.weights_for, q.prefetched = q.prefetched[2], (n, co), None
         if not resident or q.weights_for != (n, co):
             q.wgt_slot = q.weight_tiles % q.slots if resident else slot
-            q.out.append(Load("wgt", q.wgt_slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
-                              (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout)))
+            q.out.append(_weights(spec, wgt, q.wgt_slot, (ci, co), cin, cout))
             q.weights_for = (n, co) if resident else None
             q.weight_tiles += 1
         if k == 0:
@@ -109,6 +111,8 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
                 q.out.append(Pop("load", "vector"))  # the epilogue that read these aux slots is done
             _load_operands(q, spec, epilogue, (n, oh, co), rows, cout, aux_base)
         q.out.append(Push("load", mac))
+        if resident and oh == tile.rows and q.slots > 1:
+            _prefetch_weights(q, spec, tile, wgt, (n, co))
         q.out.append(Pop(mac, "load"))
         if k == 0 and q.tile >= q.slots:
             q.out.append(Pop(mac, "store"))
@@ -121,6 +125,36 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
     q.out += [Pop("store", "vector"), Store(acc_slot, dst, (n, oh, 0, co), (1, rows, spec.out_w, cout)),
               Push("store", mac)]
     q.tile += 1
+
+
+def _weights(spec: ConvSpec, wgt: str, slot: int, at: tuple[int, int], cin: int, cout: int) -> Load:
+    """The load of the weight tile for input channels from at[0] and output channels from at[1]."""
+    ci, co = at
+    return Load("wgt", slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
+                (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout))
+
+
+def next_weights(spec: ConvSpec, tile: Tile, at: tuple[int, int]) -> tuple[int, int] | None:
+    """(image, first output channel) of the resident weight tile after `at`'s, in the loop nest's order."""
+    n, co = at
+    if co + tile.cout < spec.cout:
+        return n, co + tile.cout
+    return (n + 1, 0) if n + 1 < spec.n else None
+
+
+def _prefetch_weights(q: _Queues, spec: ConvSpec, tile: Tile, wgt: str, at: tuple[int, int]) -> None:
+    """Resident weights of the next output-channel tile, loaded during the second row tile of this one
+    instead of at its own first step: the other weight slot was last read by the step before this tile's
+    first, whose compute->load token the load unit has just popped (two steps back); after this step's
+    push, so it delays only the next input load. Its first step then finds the weights there."""
+    nxt = next_weights(spec, tile, at)
+    if nxt is None:
+        return
+    slot = q.weight_tiles % q.slots
+    cout = min(tile.cout, spec.cout - nxt[1])
+    q.out.append(_weights(spec, wgt, slot, (0, nxt[1]), spec.cin, cout))
+    q.prefetched = (*nxt, slot)
+    q.weight_tiles += 1
 
 
 def mac_unit(spec: ConvSpec) -> str:

@@ -10,7 +10,7 @@ import pytest
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.cost_model import predict
-from kiln.npu.isa import Alu, Pop
+from kiln.npu.isa import Alu, Load, Pop
 from kiln.npu.lower_conv import Options, lower_conv
 from kiln.npu.simulator import Simulator
 from tests.npu.conv_reference import conv_nhwc
@@ -72,3 +72,19 @@ def test_the_cost_model_follows_the_vector_units_pipeline(overlap):
     simulated, _ = _run(options)
     predicted = predict(SPEC, TILE, NpuConfig(), options, tuple(EPILOGUE)).cycles
     assert abs(predicted - simulated.cycles) <= 0.05 * simulated.cycles
+
+
+def test_the_next_output_channel_tiles_weights_load_during_the_second_row_tile():
+    spec = ConvSpec(1, 8, 8, 32, 64, 1, 1, 1, (0, 0, 0, 0))
+    program = lower_conv("c", spec, Tile(2, 16, 32), ("x", "w", "y"), [], DEFAULT)
+    loads = [i for i in program.instructions if isinstance(i, Load)]
+    weights = [k for k, i in enumerate(loads) if i.buf == "wgt"]
+    inputs = [k for k, i in enumerate(loads) if i.buf == "inp"]
+    assert len(weights) == 4 and weights[1] == inputs[1] + 1  # co tile 1's, right after row tile 1's input
+    assert [loads[k].slot for k in weights] == [0, 1, 0, 1]
+    dram = {**_dram(spec), "y": np.zeros((1, 8, 8, 64), np.float32)}
+    Simulator().run(program, dram)
+    np.testing.assert_allclose(dram["y"], conv_nhwc(dram["x"], dram["w"], spec), rtol=1e-4, atol=1e-4)
+    single = lower_conv("c", spec, Tile(2, 16, 32), ("x", "w", "y"), [], DEFAULT, Options(double_buffer=False))
+    single_loads = [i for i in single.instructions if isinstance(i, Load)]
+    assert [i.buf for i in single_loads][:2] == ["inp", "wgt"] and single_loads[2].buf == "inp"  # no slot to spare
