@@ -3,7 +3,8 @@ same steps lowered again with double buffering off, with the dense input layout 
 conflict-free one, with the simple tiling instead of the cost model's, with every intermediate going
 through DRAM (no on-chip scheduling, kiln.npu.onchip), with small-channel layers unpacked
 (kiln.npu.packing) and with the matrix unit waiting for each tile's epilogue (no epilogue overlap:
-one compute queue, as VTA's)."""
+one compute queue, as VTA's) and with each kernel's first weights loaded by itself (no weight
+prefetch, kiln.npu.prefetch)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ VARIANTS: dict[str, tuple[Options, str]] = {
     "no on-chip scheduling": (Options(onchip=False), "cost-model"),
     "no column packing": (Options(pack_columns=False), "cost-model"),
     "no epilogue overlap": (Options(overlap_epilogue=False), "cost-model"),
+    "no weight prefetch": (Options(prefetch_weights=False), "cost-model"),
 }
 
 

@@ -41,7 +41,8 @@ class Load:
     `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads. With `pack` > 1
     the DMA gathers kernel columns into channels (kiln.npu.packing): the tile's channel j * C + c of pixel
     u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
-    count packed channels), one transfer moving each column offset's bytes."""
+    count packed channels), one transfer moving each column offset's bytes. With `into`, the DMA writes the
+    region of held tensor `into` instead of a slot (the next program's first weights, kiln.npu.prefetch)."""
 
     buf: str
     slot: int
@@ -52,6 +53,7 @@ class Load:
     row_pitch: int = 0
     fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
     pack: int = 1
+    into: str = ""
     unit = "load"
 
 

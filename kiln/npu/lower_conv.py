@@ -38,6 +38,7 @@ class Options:
     onchip: bool = True  # intermediates held on chip between kernels when they fit (kiln.npu.onchip)
     pack_columns: bool = True  # few input channels: kernel columns packed into channels (kiln.npu.packing)
     overlap_epilogue: bool = True  # a tile's epilogue (vector unit) overlaps the next tile's GEMMs
+    prefetch_weights: bool = True  # a kernel's first weights loaded during the kernel before (kiln.npu.prefetch)
 
 
 ALL_ON = Options()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir.expr import Call, Constant, Expr, Function
-from kiln.npu import onchip, packing, tiling
+from kiln.npu import onchip, packing, prefetch, tiling
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.int8_lowering import lower_int8
@@ -26,15 +26,17 @@ def lower_steps(fn: Function, steps: list[Step], config: NpuConfig, options: Opt
                 tiling_mode: str = "cost-model") -> list[NpuKernel | None]:
     """The kernel of each accelerator step of `fn` (None for a CPU step), named by its place; with
     `options.onchip`, the intermediates that fit stay on chip between them, and the cost model tiles
-    each kernel again knowing which of its tensors are held."""
+    each kernel again knowing which of its tensors are held; with `options.prefetch_weights`, each
+    kernel's first weights load during the kernel before it where they fit (kiln.npu.prefetch)."""
     kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling_mode)
                if s.device == "npu" else None for i, s in enumerate(steps)]
-    if not options.onchip:
-        return kernels
-    plan = onchip.plan(fn, steps, kernels, config)
-    if tiling_mode == "cost-model":
-        kernels = [k if k is None else _retiled(steps[i], k, i, plan, config, options) for i, k in enumerate(kernels)]
-    return onchip.apply(kernels, plan)
+    if options.onchip:
+        plan = onchip.plan(fn, steps, kernels, config)
+        if tiling_mode == "cost-model":
+            kernels = [k if k is None else _retiled(steps[i], k, i, plan, config, options)
+                       for i, k in enumerate(kernels)]
+        kernels = onchip.apply(kernels, plan)
+    return prefetch.prefetch(kernels, config) if options.prefetch_weights else kernels
 
 
 def _retiled(step: Step, kernel: NpuKernel, index: int, plan: onchip.Plan, config: NpuConfig,

@@ -177,6 +177,8 @@ def buffer_needs(program: Program, config: NpuConfig) -> dict[str, int]:
 def _tile_bytes(ins: Instruction, channels: dict[tuple[str, int], int], itemsize: int,
                 config: NpuConfig) -> tuple[str | None, int]:
     """(buffer, bytes) of the tile `ins` puts on chip; (None, 0) for an instruction that puts none."""
+    if isinstance(ins, Load) and ins.into:
+        return None, 0  # into a held region, not a slot
     if isinstance(ins, Load):
         channels[(ins.buf, ins.slot)] = ins.size[3]
         if ins.buf == "inp":

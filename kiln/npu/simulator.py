@@ -191,6 +191,8 @@ class _State:
                                   f"holds {self._slot_bytes(buf)} ({self.program.slots.get(buf, 1)} slot(s))")
 
     def _load(self, ins: Load) -> int:
+        if ins.into:
+            return self._load_ahead(ins)
         src = self._held(ins.tensor, True) if ins.tensor in self.held else self.dram[ins.tensor]
         nbytes = _inside(src.shape, ins) * src.dtype.itemsize
         words = -(-ins.size[3] // self.config.block_in)
@@ -205,6 +207,16 @@ class _State:
             tile = _packed_region(src, ins) if ins.pack > 1 else _region(src, ins.start, ins.size, ins.fill)
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
         return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
+
+    def _load_ahead(self, ins: Load) -> int:
+        """A DMA into a held region (the next program's first weights) instead of a slot."""
+        if ins.into not in self.held or tuple(self.held[ins.into].shape) != tuple(ins.size):
+            raise NpuProgramError(f"{self.program.name}: a load into {ins.into!r} needs a held region of shape "
+                                  f"{ins.size}")
+        src = self.dram[ins.tensor]
+        if self.functional:
+            self._held(ins.into, False)[...] = _region(src, ins.start, ins.size, ins.fill)
+        return self._transfer(ins.tensor, _inside(src.shape, ins) * src.dtype.itemsize, src.dtype.itemsize)
 
     def _gemm(self, ins: Gemm) -> int:
         c = self.config

@@ -47,8 +47,10 @@ def _residual() -> IRModule:
     return IRModule({"main": Function((x,), y)})
 
 
-def _run(mod, onchip=True, config=None, feeds=None, tiling="cost-model"):
-    built = build_npu(mod, NPU, config=config, options=Options(onchip=onchip), tiling=tiling)
+def _run(mod, onchip=True, config=None, feeds=None, tiling="cost-model", prefetch=False):
+    """Built and run; weight prefetch (kiln.npu.prefetch, tests/npu/test_prefetch.py) off unless asked."""
+    built = build_npu(mod, NPU, config=config, options=Options(onchip=onchip, prefetch_weights=prefetch),
+                      tiling=tiling)
     x = mod.main.params[0]
     feeds = feeds or {x.name: np.random.default_rng(2).standard_normal(x.type.shape).astype(np.float32)}
     return built, built.run(feeds), feeds
@@ -95,8 +97,8 @@ def test_a_residuals_source_stays_on_chip_until_the_add_that_reads_it():
 
 def test_mobilenet_v2s_inverted_residual_blocks_are_bit_identical_to_the_unfused_lowering():
     mod = kiln.from_onnx(mobilenet_v2(batch=1, size=32))
-    held, outs, feeds = _run(mod)
-    _, plain, _ = _run(mod, onchip=False, feeds=feeds)
+    held, outs, feeds = _run(mod, prefetch=True)
+    _, plain, _ = _run(mod, onchip=False, feeds=feeds, prefetch=True)
     kinds = {k.kind for k, _ in held.runner.last_run.kernels if k.held_output}
     assert {"conv", "depthwise"} <= kinds
     np.testing.assert_array_equal(outs[0], plain[0])
