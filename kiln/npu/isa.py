@@ -42,7 +42,8 @@ class Load:
     the DMA gathers kernel columns into channels (kiln.npu.packing): the tile's channel j * C + c of pixel
     u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
     count packed channels), one transfer moving each column offset's bytes. With `into`, the DMA writes the
-    region of held tensor `into` instead of a slot (the next program's first weights, kiln.npu.prefetch)."""
+    part at offset `at` of held tensor `into` instead of a slot (the next program's first weights, loaded
+    in parts, kiln.npu.prefetch)."""
 
     buf: str
     slot: int
@@ -54,6 +55,7 @@ class Load:
     fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
     pack: int = 1
     into: str = ""
+    at: tuple[int, int, int, int] = (0, 0, 0, 0)
     unit = "load"
 
 

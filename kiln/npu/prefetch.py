@@ -3,9 +3,10 @@ before it, so the one load that nothing inside a kernel overlaps (its first) ove
 kernel's compute instead.
 
 The tile goes into a region of the weight buffer beside the previous program's slots and held tensors
-(an `isa.Held` of both programs, `prefetch.<kernel>`): the previous program's load unit fills it with a
-DMA after its own last load (`Load.into`, the load queue's tail, so no load of its own waits for it), and
-the kernel's first weight load becomes an on-chip move from that region into its slot. The order across
+(an `isa.Held` of both programs, `prefetch.<kernel>`): the previous program's load unit fills it in parts
+along the input channels (`Load.into` / `Load.at`, each about PART_CYCLES of DMA, one after each of its
+last steps' loads, so a step's compute hides a part where one long load would hold up the next input
+loads), and the kernel's first weight load becomes an on-chip move from that region into its slot. The order across
 the two programs is the kernel boundary: kernels of one run execute one after another (the executor
 starts a program when the one before has finished every queue), so the region is complete before its
 reader starts, and a program that reads it before any program filled it is refused by the simulator, as
@@ -20,10 +21,11 @@ import dataclasses
 
 from kiln.npu import onchip
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import Held, Load
+from kiln.npu.isa import Held, Load, Push
 from kiln.npu.kernel import NpuKernel
 
 NEXT_WEIGHTS = "next.wgt"  # the previous kernel's DRAM name of the next kernel's weights
+PART_CYCLES = 256  # about the DMA cycles of one part of a prefetch
 
 
 def prefetch(kernels: list[NpuKernel | None], config: NpuConfig) -> list[NpuKernel | None]:
@@ -47,10 +49,10 @@ def _ahead(before: NpuKernel, kernel: NpuKernel, config: NpuConfig) -> tuple[Npu
     if first is None or first.tensor != "wgt" or NEXT_WEIGHTS in before.constants:
         return None
     region = Held(f"prefetch.{kernel.name}", "wgt", first.size, str(kernel.constants["wgt"].dtype))
-    fill = dataclasses.replace(first, slot=0, tensor=NEXT_WEIGHTS, into=region.tensor)
     early = dataclasses.replace(before, constants={**before.constants, NEXT_WEIGHTS: kernel.constants["wgt"]},
                                 program=dataclasses.replace(before.program, held=(*before.program.held, region),
-                                                            instructions=[*before.program.instructions, fill]))
+                                                            instructions=_with_parts(before.program.instructions,
+                                                                                     first, region, config)))
     moved = dataclasses.replace(first, tensor=region.tensor, start=(0, 0, 0, 0))
     instructions = list(kernel.program.instructions)
     instructions[index] = moved
@@ -59,6 +61,31 @@ def _ahead(before: NpuKernel, kernel: NpuKernel, config: NpuConfig) -> tuple[Npu
     if not (_fits(early, config) and _fits(late, config)):
         return None
     return early, late
+
+
+def _with_parts(instructions: list, first: Load, region: Held, config: NpuConfig) -> list:
+    """`instructions` with the load of `first` into `region` split along its input channels into parts of
+    about PART_CYCLES of DMA each, one after each of the last pushes of the load unit: a step's compute
+    hides a part where one long load would hold up the next input loads."""
+    pushes = [k for k, ins in enumerate(instructions) if isinstance(ins, Push) and ins.unit == "load"]
+    count = max(1, min(len(pushes), config.dma_cycles(region.nbytes) // PART_CYCLES, first.size[2]))
+    cin = -(-first.size[2] // count)
+    parts = {pushes[len(pushes) - count + k]: _part(first, region, k * cin, min(cin, first.size[2] - k * cin))
+             for k in range(count) if k * cin < first.size[2]} if pushes else {}
+    out = []
+    for k, ins in enumerate(instructions):
+        out.append(ins)
+        if k in parts:
+            out.append(parts[k])
+    return out if parts else [*instructions, _part(first, region, 0, first.size[2])]
+
+
+def _part(first: Load, region: Held, c0: int, cin: int) -> Load:
+    """The DMA of input channels c0 .. c0 + cin of `first`'s weights into `region`."""
+    start = (first.start[0], first.start[1], first.start[2] + c0, first.start[3])
+    size = (first.size[0], first.size[1], cin, first.size[3])
+    return dataclasses.replace(first, slot=0, tensor=NEXT_WEIGHTS, start=start, size=size, into=region.tensor,
+                               at=(0, 0, c0, 0))
 
 
 def _fits(kernel: NpuKernel, config: NpuConfig) -> bool:

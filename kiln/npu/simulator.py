@@ -209,13 +209,14 @@ class _State:
         return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
 
     def _load_ahead(self, ins: Load) -> int:
-        """A DMA into a held region (the next program's first weights) instead of a slot."""
-        if ins.into not in self.held or tuple(self.held[ins.into].shape) != tuple(ins.size):
-            raise NpuProgramError(f"{self.program.name}: a load into {ins.into!r} needs a held region of shape "
-                                  f"{ins.size}")
+        """A DMA into part of a held region (the next program's first weights) instead of a slot."""
+        if ins.into not in self.held or any(a + n > d for a, n, d in zip(ins.at, ins.size, self.held[ins.into].shape)):
+            raise NpuProgramError(f"{self.program.name}: a load of {ins.size} at {ins.at} into {ins.into!r} needs a "
+                                  "held region that holds it")
         src = self.dram[ins.tensor]
         if self.functional:
-            self._held(ins.into, False)[...] = _region(src, ins.start, ins.size, ins.fill)
+            part = tuple(slice(a, a + n) for a, n in zip(ins.at, ins.size))
+            self._held(ins.into, False)[part] = _region(src, ins.start, ins.size, ins.fill)
         return self._transfer(ins.tensor, _inside(src.shape, ins) * src.dtype.itemsize, src.dtype.itemsize)
 
     def _gemm(self, ins: Gemm) -> int:

@@ -29,10 +29,10 @@ def test_the_next_kernels_first_weights_load_during_the_kernel_before_it():
     np.testing.assert_array_equal(outs[0], plain[0])
     (k0, s0), (k1, s1) = on.runner.last_run.kernels
     (_, p0), (_, p1) = off.runner.last_run.kernels
-    tail = k0.program.instructions[-1]
-    assert isinstance(tail, Load) and tail.into == "prefetch.npu1_conv"
+    parts = [i for i in k0.program.instructions if isinstance(i, Load) and i.into]
     first = next(i for i in k1.program.instructions if isinstance(i, Load) and i.buf == "wgt")
-    assert first.tensor == "prefetch.npu1_conv"
+    assert first.tensor == "prefetch.npu1_conv" and {p.into for p in parts} == {first.tensor}
+    assert sum(p.size[2] for p in parts) == first.size[2]  # its input channels, in parts behind the steps
     assert s1.cycles < p1.cycles and s0.cycles + s1.cycles < p0.cycles + p1.cycles
     assert s0.dma_bytes + s1.dma_bytes == p0.dma_bytes + p1.dma_bytes
 
