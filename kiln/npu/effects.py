@@ -1,8 +1,10 @@
 """The effect of each optimization on a placed model, measured on the simulator (timing only): the
 same steps lowered again with double buffering off, with the dense input layout instead of the
 conflict-free one, with the simple tiling instead of the cost model's, with every intermediate going
-through DRAM (no on-chip scheduling, kiln.npu.onchip) and with small-channel layers unpacked
-(kiln.npu.packing)."""
+through DRAM (no on-chip scheduling, kiln.npu.onchip), with small-channel layers unpacked
+(kiln.npu.packing) and with the matrix unit waiting for each tile's epilogue (no epilogue overlap:
+one compute queue, as VTA's) and with each kernel's first weights loaded by itself (no weight
+prefetch, kiln.npu.prefetch)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ VARIANTS: dict[str, tuple[Options, str]] = {
     "simple tiling": (ALL_ON, "simple"),
     "no on-chip scheduling": (Options(onchip=False), "cost-model"),
     "no column packing": (Options(pack_columns=False), "cost-model"),
+    "no epilogue overlap": (Options(overlap_epilogue=False), "cost-model"),
+    "no weight prefetch": (Options(prefetch_weights=False), "cost-model"),
 }
 
 

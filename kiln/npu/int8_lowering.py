@@ -22,7 +22,7 @@ import numpy as np
 from kiln.ir.expr import Constant
 from kiln.npu import tiling
 from kiln.npu.config import NpuConfig
-from kiln.npu.conv_spec import ConvSpec, EpilogueOp
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.int8_placement import ActQuant, Int8Step, Residual
 from kiln.npu.isa import Alu, Dequantize, Instruction, Load, Requantize
 from kiln.npu.kernel import NpuKernel
@@ -35,16 +35,16 @@ REQUANTIZE, DEQUANTIZE = "requantize", "dequantize"  # placeholder epilogue ops 
 
 
 def lower_int8(step: Int8Step, name: str, config: NpuConfig, options: Options = ALL_ON,
-               tiling_mode: str = "cost-model") -> NpuKernel:
-    """The kernel of an int8 step."""
+               tiling_mode: str = "cost-model", held: frozenset[str] = frozenset(),
+               like: Tile | None = None) -> NpuKernel:
+    """The kernel of an int8 step; `held` and `like` as lower_step's."""
     if step.kind == "pool":
         return _pool(step, name, config, options)
     spec, wgt, scale = _conv(step) if step.kind == "conv" else _dense(step)
     constants = {"wgt": wgt}
     stages, quantizations = stage_ops(step.stages)
     epilogue = _accumulator_ops(step, wgt, scale, constants) + stages
-    choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
-    tile = choose(spec, config, options, tuple(epilogue))
+    tile = tiling.pick(spec, config, options, tuple(epilogue), tiling_mode, held, like)
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
     residual = next((r for k, r in step.stages if k == "add"), None)
     program.instructions = _expanded(program.instructions, step.x.zero_point, residual,  # type: ignore[arg-type]

@@ -1,7 +1,14 @@
 """The accelerator's instructions. A program is one list in program order; the fetch stage hands each
 instruction to the queue of its unit (load, compute, store), and the units run decoupled: the only
-order between queues is the dependence tokens that `Push` and `Pop` pass along the four channels
-load->compute, compute->load, compute->store and store->compute (VTA's decoupled access-execute).
+order between queues is the dependence tokens that `Push` and `Pop` pass along the channels between
+them (VTA's decoupled access-execute).
+
+The matrix unit (`compute`) and the vector unit (`vector`) have a queue each, as in NPUs with separate
+cube and vector units (Ascend's AI Core): a convolution tile's epilogue on the vector unit overlaps the
+next tile's GEMMs, the accumulators double buffered and the hand-off ordered by compute->vector tokens
+(the acc slot's reuse by the store's store->compute token). VTA is the counterexample: its GEMM core and
+tensor ALU share one in-order compute module, which a program models by making the matrix unit wait for
+a vector->compute token after each epilogue (kiln.npu.lower_conv's `Options.overlap_epilogue` off).
 
 Tensors in DRAM are 4-d numpy arrays named in a dict: feature maps NHWC, weights (KH, KW, Cin, Cout),
 per-channel vectors (1, 1, 1, C). On chip, a buffer holds tiles in slots: input, accumulator and
@@ -20,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-UNITS = ("load", "compute", "store")
+UNITS = ("load", "compute", "vector", "store")
 BUFFERS = ("inp", "wgt", "acc", "aux")
-CHANNELS = (("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute"))
+CHANNELS = tuple((a, b) for a in UNITS for b in UNITS if a != b and {a, b} != {"load", "store"})
 ALU_OPS = ("add", "mul", "max", "min", "shr", "fmul")
 POOL_OPS = ("max", "avg")
 
@@ -34,7 +41,9 @@ class Load:
     `row_pitch` pixels per row (0: dense), which decides the banks the matrix unit reads. With `pack` > 1
     the DMA gathers kernel columns into channels (kiln.npu.packing): the tile's channel j * C + c of pixel
     u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
-    count packed channels), one transfer moving each column offset's bytes."""
+    count packed channels), one transfer moving each column offset's bytes. With `into`, the DMA writes the
+    part at offset `at` of held tensor `into` instead of a slot (the next program's first weights, loaded
+    in parts, kiln.npu.prefetch)."""
 
     buf: str
     slot: int
@@ -45,6 +54,8 @@ class Load:
     row_pitch: int = 0
     fill: float = 0.0  # what the parts outside the tensor read as (a max pool's padding: -inf)
     pack: int = 1
+    into: str = ""
+    at: tuple[int, int, int, int] = (0, 0, 0, 0)
     unit = "load"
 
 
@@ -81,7 +92,7 @@ class DepthwiseMac:
     out_h: int
     out_w: int
     reset: bool
-    unit = "compute"
+    unit = "vector"
 
 
 @dataclass(frozen=True)
@@ -95,7 +106,7 @@ class Alu:
     acc_slot: int
     imm: float | int | None = None
     aux_slot: int | None = None
-    unit = "compute"
+    unit = "vector"
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ class Dequantize:
     slot: int
     zero_point: int
     scale: float
-    unit = "compute"
+    unit = "vector"
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,7 @@ class Requantize:
     zero_point: int
     lo: int = -128
     hi: int = 127
-    unit = "compute"
+    unit = "vector"
 
 
 @dataclass(frozen=True)
@@ -136,7 +147,7 @@ class Pool:
     stride: int
     out_h: int
     out_w: int
-    unit = "compute"
+    unit = "vector"
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,14 @@ depthwise convolution takes the same loop nest with one channel tile in and out,
 the vector unit.
 
 Weights stay resident across the row tiles of an output-channel tile when one input-channel tile
-covers all of cin. Slot reuse is ordered by tokens: a load into a slot pops the compute unit's token
-of the step that last read it; the epilogue runs before that token is pushed, so operand tiles in the
-aux buffer are safe too.
+covers all of cin. Slot reuse is ordered by tokens: a load into a slot pops the token of the unit that
+ran the step that last read it (the matrix unit for a GEMM, the vector unit for a depthwise MAC), and
+an accumulator slot is reset only after the store unit's token says its tile left. A convolution's
+epilogue runs on the vector unit's own queue: the matrix unit hands it each finished tile
+(compute->vector), the vector unit hands it to the store (vector->store), and operand tiles in the aux
+buffer are reloaded only after the vector unit's token (vector->load) says the epilogue that read them
+is done. With `Options.overlap_epilogue` off the matrix unit also waits for each epilogue
+(vector->compute), as on a machine whose GEMM and ALU share one compute queue (VTA's).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class Options:
     conflict_free: bool = True
     onchip: bool = True  # intermediates held on chip between kernels when they fit (kiln.npu.onchip)
     pack_columns: bool = True  # few input channels: kernel columns packed into channels (kiln.npu.packing)
+    overlap_epilogue: bool = True  # a tile's epilogue (vector unit) overlaps the next tile's GEMMs
+    prefetch_weights: bool = True  # a kernel's first weights loaded during the kernel before (kiln.npu.prefetch)
 
 
 ALL_ON = Options()
@@ -71,6 +78,7 @@ class _Queues:
         self.wgt_slot = 0
         self.weight_tiles = 0  # resident weight tiles loaded so far: they alternate slots by this count
         self.weights_for: tuple[int, int] | None = None
+        self.prefetched: tuple[int, int, int] | None = None  # (n, co, slot) of resident weights loaded ahead
 
 
 def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
@@ -78,6 +86,7 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
                  aux_per_tile: int) -> None:
     n, oh, co = at
     inp, wgt, dst = tensors
+    mac = mac_unit(spec)
     rows, cout = min(tile.rows, spec.out_h - oh), min(tile.cout, spec.cout - co)
     pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
     acc_slot = q.tile % q.slots
@@ -87,32 +96,87 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
         cin = cout if spec.depthwise else min(tile.cin, spec.cin - ci)
         slot = q.step % q.slots
         if q.step >= q.slots:
-            q.out.append(Pop("load", "compute"))
+            q.out.append(Pop("load", mac))
         q.out.append(Load("inp", slot, inp, (n, oh * spec.stride - spec.pads[0], -spec.pads[1], ci),
                           (1, spec.in_rows(rows), spec.in_cols, cin), pitch, row_pitch, pack=spec.pack))
         resident = len(ci_starts) == 1
+        if resident and q.prefetched is not None and q.prefetched[:2] == (n, co):
+            q.wgt_slot, q.weights_for, q.prefetched = q.prefetched[2], (n, co), None
         if not resident or q.weights_for != (n, co):
             q.wgt_slot = q.weight_tiles % q.slots if resident else slot
-            q.out.append(Load("wgt", q.wgt_slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
-                              (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout)))
+            q.out.append(_weights(spec, wgt, q.wgt_slot, (ci, co), cin, cout))
             q.weights_for = (n, co) if resident else None
             q.weight_tiles += 1
         if k == 0:
+            if aux_per_tile and mac != "vector" and q.tile >= q.slots:
+                q.out.append(Pop("load", "vector"))  # the epilogue that read these aux slots is done
             _load_operands(q, spec, epilogue, (n, oh, co), rows, cout, aux_base)
-        q.out.append(Push("load", "compute"))
-        q.out.append(Pop("compute", "load"))
+        q.out.append(Push("load", mac))
+        if resident and oh == tile.rows and q.slots > 1:
+            _prefetch_weights(q, spec, tile, wgt, (n, co))
+        q.out.append(Pop(mac, "load"))
         if k == 0 and q.tile >= q.slots:
-            q.out.append(Pop("compute", "store"))
+            q.out.append(Pop(mac, "store"))
         q.out += [_mac(spec, slot, q.wgt_slot, acc_slot, (i, j), rows, k == 0 and i == j == 0)
                   for i in range(spec.kh) for j in range(spec.kw)]
         if k == len(ci_starts) - 1:
-            q.out += _epilogue(epilogue, acc_slot, aux_base)
-            q.out.append(Push("compute", "store"))
-        q.out.append(Push("compute", "load"))
+            q.out += _tile_epilogue(mac, epilogue, acc_slot, aux_base, aux_per_tile, options.overlap_epilogue)
+        q.out.append(Push(mac, "load"))
         q.step += 1
-    q.out += [Pop("store", "compute"), Store(acc_slot, dst, (n, oh, 0, co), (1, rows, spec.out_w, cout)),
-              Push("store", "compute")]
+    q.out += [Pop("store", "vector"), Store(acc_slot, dst, (n, oh, 0, co), (1, rows, spec.out_w, cout)),
+              Push("store", mac)]
     q.tile += 1
+
+
+def _weights(spec: ConvSpec, wgt: str, slot: int, at: tuple[int, int], cin: int, cout: int) -> Load:
+    """The load of the weight tile for input channels from at[0] and output channels from at[1]."""
+    ci, co = at
+    return Load("wgt", slot, wgt, (0, 0, 0 if spec.depthwise else ci, co),
+                (spec.kh, spec.kw, spec.weight_cin if spec.depthwise else cin, cout))
+
+
+def next_weights(spec: ConvSpec, tile: Tile, at: tuple[int, int]) -> tuple[int, int] | None:
+    """(image, first output channel) of the resident weight tile after `at`'s, in the loop nest's order."""
+    n, co = at
+    if co + tile.cout < spec.cout:
+        return n, co + tile.cout
+    return (n + 1, 0) if n + 1 < spec.n else None
+
+
+def _prefetch_weights(q: _Queues, spec: ConvSpec, tile: Tile, wgt: str, at: tuple[int, int]) -> None:
+    """Resident weights of the next output-channel tile, loaded during the second row tile of this one
+    instead of at its own first step: the other weight slot was last read by the step before this tile's
+    first, whose compute->load token the load unit has just popped (two steps back); after this step's
+    push, so it delays only the next input load. Its first step then finds the weights there."""
+    nxt = next_weights(spec, tile, at)
+    if nxt is None:
+        return
+    slot = q.weight_tiles % q.slots
+    cout = min(tile.cout, spec.cout - nxt[1])
+    q.out.append(_weights(spec, wgt, slot, (0, nxt[1]), spec.cin, cout))
+    q.prefetched = (*nxt, slot)
+    q.weight_tiles += 1
+
+
+def mac_unit(spec: ConvSpec) -> str:
+    """The unit of a layer's multiply-adds: the matrix unit, or the vector unit for a depthwise layer."""
+    return "vector" if spec.depthwise else "compute"
+
+
+def _tile_epilogue(mac: str, epilogue: Sequence[EpilogueOp], acc_slot: int, aux_base: int, aux_per_tile: int,
+                   overlap: bool) -> list[Instruction]:
+    """A finished tile's epilogue on the vector unit and its hand-off to the store. After a GEMM the matrix
+    unit passes the tile on (compute->vector) and, unless the epilogue overlaps its next GEMMs, waits for
+    it (vector->compute); the vector unit frees the tile's aux slots (vector->load)."""
+    ops = _epilogue(epilogue, acc_slot, aux_base)
+    if mac == "vector":
+        return [*ops, Push("vector", "store")]
+    out: list[Instruction] = [Push("compute", "vector"), Pop("vector", "compute"), *ops, Push("vector", "store")]
+    if aux_per_tile:
+        out.append(Push("vector", "load"))
+    if not overlap:
+        out += [Push("vector", "compute"), Pop("compute", "vector")]
+    return out
 
 
 def _mac(spec: ConvSpec, slot: int, wgt_slot: int, acc_slot: int, offset: tuple[int, int], rows: int,

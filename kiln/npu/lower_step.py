@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir.expr import Call, Constant, Expr, Function
-from kiln.npu import onchip, packing, tiling
+from kiln.npu import onchip, packing, prefetch, tiling
 from kiln.npu.config import NpuConfig
-from kiln.npu.conv_spec import ConvSpec, EpilogueOp
+from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.int8_lowering import lower_int8
 from kiln.npu.int8_placement import Int8Step
 from kiln.npu.kernel import NpuKernel
@@ -25,17 +25,41 @@ TILINGS = ("cost-model", "simple")
 def lower_steps(fn: Function, steps: list[Step], config: NpuConfig, options: Options = ALL_ON,
                 tiling_mode: str = "cost-model") -> list[NpuKernel | None]:
     """The kernel of each accelerator step of `fn` (None for a CPU step), named by its place; with
-    `options.onchip`, the intermediates that fit stay on chip between them."""
+    `options.onchip`, the intermediates that fit stay on chip between them, and the cost model tiles
+    each kernel again knowing which of its tensors are held; with `options.prefetch_weights`, each
+    kernel's first weights load during the kernel before it where they fit (kiln.npu.prefetch)."""
     kernels = [lower_step(s, f"npu{i}_{s.anchor.op.name.split('.')[-1]}", config, options, tiling_mode)
                if s.device == "npu" else None for i, s in enumerate(steps)]
-    return onchip.schedule(fn, steps, kernels, config) if options.onchip else kernels
+    if options.onchip:
+        plan = onchip.plan(fn, steps, kernels, config)
+        if tiling_mode == "cost-model":
+            kernels = [k if k is None else _retiled(steps[i], k, i, plan, config, options)
+                       for i, k in enumerate(kernels)]
+        kernels = onchip.apply(kernels, plan)
+    return prefetch.prefetch(kernels, config) if options.prefetch_weights else kernels
+
+
+def _retiled(step: Step, kernel: NpuKernel, index: int, plan: onchip.Plan, config: NpuConfig,
+             options: Options) -> NpuKernel:
+    """`kernel` lowered with the tile the cost model picks when its held tensors cost on-chip moves (a held
+    input re-read per output-channel tile is cheap, a smaller first weight block is exposed less), among
+    the tiles that fit beside the held tensors; `kernel` itself when nothing of it is held or the new
+    program would not fit. Its input-channel tile stays: each output element is the same sum, formed by the
+    simulator the same way in any tile of rows and output channels, so the outputs stay bit-identical."""
+    held = plan.names(index)
+    if not held or kernel.tile is None:
+        return kernel
+    again = lower_step(step, kernel.name, plan.room(index, config), options, held=held, like=kernel.tile)
+    return again if onchip.fits_beside(again.program, index, plan, config) else kernel
 
 
 def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_ON,
-               tiling_mode: str = "cost-model") -> NpuKernel:
-    """The kernel of an accelerator step."""
+               tiling_mode: str = "cost-model", held: frozenset[str] = frozenset(),
+               like: Tile | None = None) -> NpuKernel:
+    """The kernel of an accelerator step; `held` names its tensors kept on chip and `like` the tile
+    whose input channels it keeps, for the cost model (tiling.best_tile)."""
     if isinstance(step, Int8Step):
-        return lower_int8(step, name, config, options, tiling_mode)
+        return lower_int8(step, name, config, options, tiling_mode, held, like)
     op = step.anchor.op.name
     if op in ("nn.max_pool", "nn.average_pool", "nn.global_average_pool"):
         return _pool(step.anchor, name, config, options)
@@ -43,8 +67,7 @@ def lower_step(step: Step, name: str, config: NpuConfig, options: Options = ALL_
     epilogue, operands = _epilogue(step, constants)
     if options.pack_columns:
         spec = _maybe_packed(spec, constants, config, options, tuple(epilogue))
-    choose = tiling.best_tile if tiling_mode == "cost-model" else tiling.simple_tile
-    tile = choose(spec, config, options, tuple(epilogue))
+    tile = tiling.pick(spec, config, options, tuple(epilogue), tiling_mode, held, like)
     program = lower_conv(name, spec, tile, ("inp", "wgt", "out"), epilogue, config, options)
     kind = "dense" if op == "linalg.gemm" else "depthwise" if spec.depthwise else "conv"
     return NpuKernel(name, kind, program, spec, tile, constants,

@@ -1,6 +1,7 @@
 """Pooling on the vector unit: output-row tiles of one channel block each, their input rows (with the
 halo and the padding, filled with -inf for a max) loaded into the operand buffer, one Pool
-instruction per tile, a store; double buffered with the same token discipline as lower_conv."""
+instruction per tile, a store; double buffered with the same token discipline as lower_conv, the
+vector unit's queue in the place of the matrix unit's."""
 
 from __future__ import annotations
 
@@ -47,13 +48,13 @@ def _tile(spec: ConvSpec, tensors: tuple[str, str], op: str, at: tuple[int, int,
           step: int, slots: int, fill: float) -> list[Instruction]:
     n, oh, c = at
     slot = step % slots
-    out: list[Instruction] = [Pop("load", "compute")] if step >= slots else []
+    out: list[Instruction] = [Pop("load", "vector")] if step >= slots else []
     out += [Load("aux", slot, tensors[0], (n, oh * spec.stride - spec.pads[0], -spec.pads[1], c),
                  (1, spec.in_rows(rows), spec.in_cols, channels), fill=fill),
-            Push("load", "compute"), Pop("compute", "load")]
+            Push("load", "vector"), Pop("vector", "load")]
     if step >= slots:
-        out.append(Pop("compute", "store"))
-    out += [Pool(op, slot, slot, spec.kh, spec.kw, spec.stride, rows, spec.out_w), Push("compute", "store"),
-            Push("compute", "load"), Pop("store", "compute"),
-            Store(slot, tensors[1], (n, oh, 0, c), (1, rows, spec.out_w, channels)), Push("store", "compute")]
+        out.append(Pop("vector", "store"))
+    out += [Pool(op, slot, slot, spec.kh, spec.kw, spec.stride, rows, spec.out_w), Push("vector", "store"),
+            Push("vector", "load"), Pop("store", "vector"),
+            Store(slot, tensors[1], (n, oh, 0, c), (1, rows, spec.out_w, channels)), Push("store", "vector")]
     return out

@@ -62,9 +62,34 @@ class Candidate:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The tensors chosen to stay on chip: per kernel index the held tensors its program carries, and each
+    chosen candidate with its region."""
+
+    held: dict[int, list[Held]]
+    chosen: list[tuple[Candidate, Held]]
+
+    def names(self, index: int) -> frozenset[str]:
+        """The names kernel `index` uses for the held tensors it reads or stores ("out" for its output)."""
+        read = {n for c, _ in self.chosen for n in c.names.get(index, ())}
+        return frozenset(read | ({"out"} if any(c.producer == index for c, _ in self.chosen) else set()))
+
+    def room(self, index: int, config: NpuConfig) -> NpuConfig:
+        """`config` with kernel `index`'s buffers less what the held tensors over it take: its slots' share."""
+        return dataclasses.replace(config, **{f"{b}_bytes": getattr(config, f"{b}_bytes") -
+                                              sum(h.nbytes for h in self.held[index] if h.buf == b)
+                                              for b in BUFFERS})
+
+
 def schedule(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | None],
              config: NpuConfig) -> list[NpuKernel | None]:
     """`kernels` (one per step of `fn`, None for a CPU step) with the intermediates that fit held on chip."""
+    return apply(kernels, plan(fn, steps, kernels, config))
+
+
+def plan(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | None], config: NpuConfig) -> Plan:
+    """Which intermediates of `kernels` stay on chip, and where (see the module doc)."""
     needs = {i: buffer_needs(k.program, config) for i, k in enumerate(kernels) if k is not None}
     held: dict[int, list[Held]] = {i: [] for i in needs}
     chosen: list[tuple[Candidate, Held]] = []
@@ -77,7 +102,19 @@ def schedule(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | 
         for i in cand.span:
             held[i].append(h)
         chosen.append((cand, h))
-    return [None if k is None else _with_held(k, i, held[i], chosen) for i, k in enumerate(kernels)]
+    return Plan(held, chosen)
+
+
+def apply(kernels: Sequence[NpuKernel | None], plan: Plan) -> list[NpuKernel | None]:
+    """`kernels` with `plan`'s held tensors: outputs stored on chip, reads of them moved from chip."""
+    return [None if k is None else _with_held(k, i, plan.held[i], plan.chosen) for i, k in enumerate(kernels)]
+
+
+def fits_beside(program: Program, index: int, plan: Plan, config: NpuConfig) -> bool:
+    """Whether `program`'s slots fit kernel `index`'s buffers beside the held tensors `plan` puts there."""
+    needs = buffer_needs(program, config)
+    return all(needs[b] + sum(h.nbytes for h in plan.held[index] if h.buf == b) <= getattr(config, f"{b}_bytes")
+               for b in BUFFERS)
 
 
 def candidates(fn: Function, steps: Sequence[Step], kernels: Sequence[NpuKernel | None]) -> list[Candidate]:
@@ -140,6 +177,8 @@ def buffer_needs(program: Program, config: NpuConfig) -> dict[str, int]:
 def _tile_bytes(ins: Instruction, channels: dict[tuple[str, int], int], itemsize: int,
                 config: NpuConfig) -> tuple[str | None, int]:
     """(buffer, bytes) of the tile `ins` puts on chip; (None, 0) for an instruction that puts none."""
+    if isinstance(ins, Load) and ins.into:
+        return None, 0  # into a held region, not a slot
     if isinstance(ins, Load):
         channels[(ins.buf, ins.slot)] = ins.size[3]
         if ins.buf == "inp":

@@ -27,7 +27,7 @@ class KernelLine:
     dma_bytes: int
     conflicts: int
     dma_busy: int
-    compute_busy: int
+    compute_busy: int  # of the busier compute unit (matrix or vector)
 
     @property
     def bound(self) -> str:
@@ -57,7 +57,7 @@ def kernel_line(kernel: NpuKernel, stats: SimStats, config: NpuConfig) -> Kernel
     return KernelLine(kernel.name, kernel.kind, stats.cycles, -(-work // rate),
                       -(-max(stats.dma_bytes - stats.stored_bytes, stats.stored_bytes) // config.dma_bytes_per_cycle),
                       stats.dma_bytes, stats.conflicts,
-                      stats.busy["load"] + stats.busy["store"], stats.busy["compute"])
+                      stats.busy["load"] + stats.busy["store"], max(stats.busy["compute"], stats.busy["vector"]))
 
 
 def format_lines(lines: list[KernelLine], config: NpuConfig) -> list[str]:

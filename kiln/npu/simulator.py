@@ -191,6 +191,8 @@ class _State:
                                   f"holds {self._slot_bytes(buf)} ({self.program.slots.get(buf, 1)} slot(s))")
 
     def _load(self, ins: Load) -> int:
+        if ins.into:
+            return self._load_ahead(ins)
         src = self._held(ins.tensor, True) if ins.tensor in self.held else self.dram[ins.tensor]
         nbytes = _inside(src.shape, ins) * src.dtype.itemsize
         words = -(-ins.size[3] // self.config.block_in)
@@ -206,6 +208,17 @@ class _State:
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
         return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
 
+    def _load_ahead(self, ins: Load) -> int:
+        """A DMA into part of a held region (the next program's first weights) instead of a slot."""
+        if ins.into not in self.held or any(a + n > d for a, n, d in zip(ins.at, ins.size, self.held[ins.into].shape)):
+            raise NpuProgramError(f"{self.program.name}: a load of {ins.size} at {ins.at} into {ins.into!r} needs a "
+                                  "held region that holds it")
+        src = self.dram[ins.tensor]
+        if self.functional:
+            part = tuple(slice(a, a + n) for a, n in zip(ins.at, ins.size))
+            self._held(ins.into, False)[part] = _region(src, ins.start, ins.size, ins.fill)
+        return self._transfer(ins.tensor, _inside(src.shape, ins) * src.dtype.itemsize, src.dtype.itemsize)
+
     def _gemm(self, ins: Gemm) -> int:
         c = self.config
         cin, cout = self.shapes[("wgt", ins.wgt_slot)][2:]
@@ -216,8 +229,8 @@ class _State:
             col = ins.kw * ins.col_step
             window = inp[ins.kh:ins.kh + ins.stride * (ins.out_h - 1) + 1:ins.stride,
                          col:col + ins.stride * (ins.out_w - 1) + 1:ins.stride]
-            a = window.reshape(-1, window.shape[-1]).astype(self.acc_dtype)
-            product = (a @ wgt.astype(self.acc_dtype)).reshape(ins.out_h, ins.out_w, -1)
+            product = _blocks_product(np.ascontiguousarray(window, dtype=self.acc_dtype), wgt.astype(self.acc_dtype),
+                                      c.block_out)
             key = ("acc", ins.acc_slot)
             self.tiles[key] = product if ins.reset else self.tiles[key] + product
         self._check_fits("acc", ins.out_h * ins.out_w * cout * self.acc_dtype.itemsize, "an accumulator tile")
@@ -293,6 +306,17 @@ class _State:
         if ins.tensor not in self.held:
             self.stats.stored_bytes += nbytes
         return self._transfer(ins.tensor, nbytes, dst.dtype.itemsize)
+
+
+def _blocks_product(window: np.ndarray, w: np.ndarray, block_out: int) -> np.ndarray:
+    """window (rows, cols, K) @ w (K, N) as the matrix unit forms it: a row of output pixels by a block of
+    `block_out` output channels at a time. A float product then does not depend on how many rows or output
+    channels a tile holds (one matmul over all of them may order its sums by their count); integer sums
+    are exact in any order, one matmul."""
+    if window.dtype.kind != "f":
+        return (window.reshape(-1, window.shape[-1]) @ w).reshape(*window.shape[:2], -1)
+    return np.concatenate([np.matmul(window, np.ascontiguousarray(w[:, j:j + block_out]))
+                           for j in range(0, w.shape[1], block_out)], axis=2)
 
 
 def _region(src: np.ndarray, start: tuple[int, ...], size: tuple[int, ...], fill: float) -> np.ndarray:

@@ -54,17 +54,39 @@ def _fits(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options, opera
 
 
 def best_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
-              epilogue: tuple[EpilogueOp, ...] = ()) -> Tile:
-    """The candidate the cost model predicts fastest (fewer DMA bytes break a tie)."""
-    return best_cost(spec, config, options, epilogue).tile
+              epilogue: tuple[EpilogueOp, ...] = (), held: frozenset[str] = frozenset(),
+              like: Tile | None = None) -> Tile:
+    """The candidate the cost model predicts fastest (fewer DMA bytes break a tie); `held` names the
+    tensors on chip (kiln.npu.cost_model.predict); with `like`, only the candidates of its input-channel
+    tile (the split of each output's sum over GEMMs: with the same split a lowering's results stay bit for
+    bit, the simulator forming each output row and channel block alike in any tile)."""
+    return best_cost(spec, config, options, epilogue, held, like).tile
 
 
 def best_cost(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,
-              epilogue: tuple[EpilogueOp, ...] = ()) -> TileCost:
+              epilogue: tuple[EpilogueOp, ...] = (), held: frozenset[str] = frozenset(),
+              like: Tile | None = None) -> TileCost:
     """The cost model's prediction for its pick (best_tile)."""
     operands = sum(e.tensor is not None for e in epilogue)
-    costs = [predict(spec, t, config, options, epilogue) for t in candidates(spec, config, options, operands)]
+    tiles = [t for t in candidates(spec, config, options, operands) if like is None or _alike(spec, t, like)]
+    if not tiles:
+        raise NoTileFitsError(f"no tile of {spec} with the input channels of {like} fits the "
+                              f"accelerator's buffers ({config.to_json()})")
+    costs = [predict(spec, t, config, options, epilogue, held) for t in tiles]
     return min(costs, key=lambda c: (c.cycles, c.dma_bytes))
+
+
+def _alike(spec: ConvSpec, tile: Tile, like: Tile) -> bool:
+    """Whether `tile` splits the input channels as `like` does."""
+    return min(tile.cin, spec.cin) == min(like.cin, spec.cin)
+
+
+def pick(spec: ConvSpec, config: NpuConfig, options: Options, epilogue: tuple[EpilogueOp, ...], mode: str,
+         held: frozenset[str] = frozenset(), like: Tile | None = None) -> Tile:
+    """The tile of tiling `mode`: "cost-model" (best_tile) or "simple" (simple_tile)."""
+    if mode == "cost-model":
+        return best_tile(spec, config, options, epilogue, held, like)
+    return simple_tile(spec, config, options, epilogue)
 
 
 def simple_tile(spec: ConvSpec, config: NpuConfig, options: Options = ALL_ON,

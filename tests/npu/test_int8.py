@@ -174,7 +174,8 @@ def test_the_vector_units_requantize_is_onnx_quantize_linear(scale):
     program = Program("requantize", [
         Load("inp", 0, "x", (0, 0, 0, 0), (1, 1, m, k)), Load("wgt", 0, "w", (0, 0, 0, 0), (1, 1, k, k)),
         Push("load", "compute"), Pop("compute", "load"), Gemm(0, 0, 0, 0, 0, 1, 1, m, True),
-        Requantize(0, scale, zp - 128), Push("compute", "store"), Pop("store", "compute"),
+        Push("compute", "vector"), Pop("vector", "compute"), Requantize(0, scale, zp - 128),
+        Push("vector", "store"), Pop("store", "vector"),
         Store(0, "y", (0, 0, 0, 0), (1, 1, m, k))], {})
     dram = {"x": x.reshape(1, 1, m, k), "w": np.eye(k, dtype=np.float32).reshape(1, 1, k, k),
             "y": np.zeros((1, 1, m, k), np.int8)}

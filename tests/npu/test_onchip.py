@@ -1,6 +1,7 @@
 """Graph scheduling for on-chip memory (kiln.npu.onchip): an intermediate that fits stays on chip (its DMA
 bytes become on-chip moves), one that does not goes through DRAM, the outputs are bit-identical to the
-unfused lowering's, and the tokens still order each program's slot reuse."""
+unfused lowering's, the tokens still order each program's slot reuse, and a kernel with a held tensor
+is tiled again for it (only where the new tile fits beside the held tensors)."""
 
 import dataclasses
 
@@ -11,10 +12,12 @@ import kiln
 from kiln.ir import Constant, Function, IRModule, Var
 from kiln.ir.types import TensorType
 from kiln.models import mobilenet_v2
+from kiln.npu import onchip
 from kiln.npu.build import build_npu
 from kiln.npu.config import NpuConfig
-from kiln.npu.isa import Load, Pop
-from kiln.npu.lower_conv import Options
+from kiln.npu.conv_spec import ConvSpec, Tile
+from kiln.npu.isa import Held, Load, Pop
+from kiln.npu.lower_conv import Options, lower_conv
 from kiln.npu.simulator import NpuProgramError
 from kiln.op import get_op
 from kiln.target import Target
@@ -44,17 +47,19 @@ def _residual() -> IRModule:
     return IRModule({"main": Function((x,), y)})
 
 
-def _run(mod, onchip=True, config=None, feeds=None):
-    built = build_npu(mod, NPU, config=config, options=Options(onchip=onchip))
+def _run(mod, onchip=True, config=None, feeds=None, tiling="cost-model", prefetch=False):
+    """Built and run; weight prefetch (kiln.npu.prefetch, tests/npu/test_prefetch.py) off unless asked."""
+    built = build_npu(mod, NPU, config=config, options=Options(onchip=onchip, prefetch_weights=prefetch),
+                      tiling=tiling)
     x = mod.main.params[0]
     feeds = feeds or {x.name: np.random.default_rng(2).standard_normal(x.type.shape).astype(np.float32)}
     return built, built.run(feeds), feeds
 
 
 def test_an_intermediate_that_fits_stays_on_chip_and_its_store_and_loads_leave_dma():
-    mod = _chain(16, 8)
-    held, outs, feeds = _run(mod)
-    unfused, plain, _ = _run(mod, onchip=False, feeds=feeds)
+    mod = _chain(16, 8)  # the simple tiling: the same tiles either way (the cost model re-tiles held kernels)
+    held, outs, feeds = _run(mod, tiling="simple")
+    unfused, plain, _ = _run(mod, onchip=False, feeds=feeds, tiling="simple")
     size = 16 * 8 * 8 * 4
     on, off = held.runner.last_run.total(), unfused.runner.last_run.total()
     assert off.stored_bytes - on.stored_bytes == size  # the producer's store of it ...
@@ -92,8 +97,8 @@ def test_a_residuals_source_stays_on_chip_until_the_add_that_reads_it():
 
 def test_mobilenet_v2s_inverted_residual_blocks_are_bit_identical_to_the_unfused_lowering():
     mod = kiln.from_onnx(mobilenet_v2(batch=1, size=32))
-    held, outs, feeds = _run(mod)
-    _, plain, _ = _run(mod, onchip=False, feeds=feeds)
+    held, outs, feeds = _run(mod, prefetch=True)
+    _, plain, _ = _run(mod, onchip=False, feeds=feeds, prefetch=True)
     kinds = {k.kind for k, _ in held.runner.last_run.kernels if k.held_output}
     assert {"conv", "depthwise"} <= kinds
     np.testing.assert_array_equal(outs[0], plain[0])
@@ -102,7 +107,7 @@ def test_mobilenet_v2s_inverted_residual_blocks_are_bit_identical_to_the_unfused
 def test_tokens_still_order_slot_reuse_for_a_kernel_reading_a_held_tensor():
     mod = _chain(32, 16)
     config = NpuConfig(inp_bytes=48 << 10)  # the reader's input comes in several tiles through two slots
-    held, outs, feeds = _run(mod, config=config)
+    held, outs, feeds = _run(mod, config=config, tiling="simple")  # each a different row tile
     (step0, k0), (step1, k1) = held.runner.steps
     assert k0.held_output and sum(isinstance(i, Load) and i.buf == "inp" for i in k1.program.instructions) > 2
     loose = dataclasses.replace(k1.program, instructions=[i for i in k1.program.instructions
@@ -117,3 +122,30 @@ def test_a_held_tensor_read_before_it_is_stored_is_refused():
     held.runner.steps.reverse()
     with pytest.raises(NpuProgramError, match="reads held tensor 'held.npu0_conv' before any program stored it"):
         held.run(feeds)
+
+
+def _expand() -> IRModule:
+    """conv -> relu -> 1x1 conv to 6x the channels (mobilenet_v2's expansion at 14x14)."""
+    rng = np.random.default_rng(3)
+    x = Var("x", TensorType((1, 64, 14, 14), "float32"))
+    return IRModule({"main": Function((x,), get_op("nn.relu")(_conv(get_op("nn.relu")(_conv(x, 64, rng)), 384,
+                                                                        rng, k=1)))})
+
+
+def test_a_kernel_reading_a_held_input_is_tiled_for_it_with_identical_outputs():
+    mod = _expand()
+    held, outs, feeds = _run(mod)
+    unfused, plain, _ = _run(mod, onchip=False, feeds=feeds)
+    (k, on), (k_dram, off) = held.runner.last_run.kernels[1], unfused.runner.last_run.kernels[1]
+    assert "inp" not in k.operands and k.tile.cout < k_dram.tile.cout
+    assert k.tile.cin == k_dram.tile.cin
+    assert on.cycles < off.cycles and on.dma_bytes < off.dma_bytes
+    np.testing.assert_array_equal(outs[0], plain[0])
+
+
+def test_a_program_that_does_not_fit_beside_the_held_tensors_is_refused():
+    plan = onchip.Plan({0: [Held("h", "wgt", (1, 1, 1, 1000), "float32")]}, [])
+    program = lower_conv("c", ConvSpec(1, 4, 4, 16, 16, 1, 1, 1, (0, 0, 0, 0)), Tile(4, 16, 16),
+                         ("x", "w", "y"), [], NpuConfig())
+    assert onchip.fits_beside(program, 0, plan, NpuConfig())
+    assert not onchip.fits_beside(program, 0, plan, NpuConfig(wgt_bytes=4096))
