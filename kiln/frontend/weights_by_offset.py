@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx.checker import ValidationError
 from onnx.external_data_helper import load_external_data_for_model
 
 from kiln.errors import ModelLoadError
@@ -74,8 +75,8 @@ def parse_leaving_weights(path: str) -> tuple[onnx.ModelProto, FileWeights] | No
                 stripped = _model(view, spans)
                 model = onnx.load_from_string(stripped)
                 load_external_data_for_model(model, os.path.dirname(path))  # as onnx.load does
-            except (ValueError, IndexError, UnicodeDecodeError, DecodeError):
-                return None
+            except (ValueError, IndexError, UnicodeDecodeError, DecodeError, ValidationError):
+                return None  # e.g. external data named outside the model's directory: onnx.load says so
             finally:
                 view.release()
     return model, FileWeights(path, spans)

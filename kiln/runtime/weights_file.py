@@ -21,6 +21,7 @@ import numpy as np
 from kiln.errors import ArtifactError
 from kiln.ir.aligned import ALIGN
 from kiln.ir.dtype import from_numpy, to_numpy
+from kiln.target import host_cores
 
 _PAD = bytes(ALIGN)
 
@@ -71,7 +72,7 @@ def _verify(path: Path, buf: Any, index: list[dict[str, Any]]) -> None:
     this pass over the whole file is most of an AOT load (resnet50: 100 MB)."""
     view = memoryview(buf)
     spans = [(int(t["offset"]), int(t["nbytes"])) for t in index]
-    with ThreadPoolExecutor(max(1, min(len(spans), os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max(1, min(len(spans), host_cores()))) as pool:
         crcs = list(pool.map(lambda span: zlib.crc32(view[span[0]:span[0] + span[1]]), spans))
     for t, (offset, nbytes), crc in zip(index, spans, crcs):
         if crc != t.get("crc32"):
