@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kiln.npu import banks
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
-from kiln.npu.lower_conv import ALL_ON, Options, input_layout, next_weights
+from kiln.npu.lower_conv import ALL_ON, Options, ahead_parts, input_layout, next_weights
 from kiln.npu.packing import inside_columns
 
 TOKEN_CYCLES = 1  # a Push or a Pop
@@ -100,6 +100,7 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
         for co in range(0, spec.cout, tile.cout):
             cout = min(tile.cout, spec.cout - co)
             nxt = next_weights(spec, tile, (n, co)) if ahead else None
+            parts = ahead_parts(spec, tile, min(tile.cout, spec.cout - nxt[1]), config) if nxt else []
             for k_oh, oh in enumerate(range(0, spec.out_h, tile.rows)):
                 rows = min(tile.rows, spec.out_h - oh)
                 pitch, row_pitch = input_layout(spec, tile, rows, config, options.conflict_free)
@@ -115,8 +116,8 @@ def predict(spec: ConvSpec, tile: Tile, config: NpuConfig, options: Options = AL
                     first = [move(inside * (cin // spec.pack) * spec.itemsize, "inp")] + \
                         ([move(wgt, "wgt")] if own else [])
                     then = [move(b, name) for b, name in operands] if k == 0 else []
-                    later = [move(spec.kh * spec.kw * spec.weight_cin * min(tile.cout, spec.cout - nxt[1]) *
-                                  spec.itemsize, "wgt")] if nxt and k_oh == 1 else []
+                    later = [move(spec.kh * spec.kw * part[1] * min(tile.cout, spec.cout - nxt[1]) * spec.itemsize,
+                                  "wgt") for part in parts[k_oh - 1:k_oh]] if nxt and k_oh >= 1 else []
                     pipe.step((sum(c for c, _ in first) + 2 * TOKEN_CYCLES,
                                sum(c for c, _ in then) + (TOKEN_CYCLES if then else 0)), macs + 3 * TOKEN_CYCLES,
                               k == 0, sum(c for c, _ in later))

@@ -43,7 +43,8 @@ class Load:
     u is the tensor's channel c of pixel start + u + j (C the tensor's channels; size and the channel start
     count packed channels), one transfer moving each column offset's bytes. With `into`, the DMA writes the
     part at offset `at` of held tensor `into` instead of a slot (the next program's first weights, loaded
-    in parts, kiln.npu.prefetch)."""
+    in parts, kiln.npu.prefetch); with `whole`, it writes the part at offset `at` of a slot tile of size
+    `whole`, the part at offset 0 starting that tile (weights loaded ahead in parts, kiln.npu.parts)."""
 
     buf: str
     slot: int
@@ -56,6 +57,7 @@ class Load:
     pack: int = 1
     into: str = ""
     at: tuple[int, int, int, int] = (0, 0, 0, 0)
+    whole: tuple[int, int, int, int] | None = None
     unit = "load"
 
 

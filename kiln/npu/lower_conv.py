@@ -18,12 +18,13 @@ is done. With `Options.overlap_epilogue` off the matrix unit also waits for each
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from kiln.npu import banks
+from kiln.npu import banks, parts
 from kiln.npu.config import NpuConfig
 from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.isa import Alu, DepthwiseMac, Gemm, Instruction, Load, Pop, Program, Push, Store
@@ -79,6 +80,7 @@ class _Queues:
         self.weight_tiles = 0  # resident weight tiles loaded so far: they alternate slots by this count
         self.weights_for: tuple[int, int] | None = None
         self.prefetched: tuple[int, int, int] | None = None  # (n, co, slot) of resident weights loaded ahead
+        self.parts: list[Load] = []  # the parts of those weights still to load, one behind each step
 
 
 def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str, str],
@@ -113,7 +115,9 @@ def _output_tile(q: _Queues, spec: ConvSpec, tile: Tile, tensors: tuple[str, str
             _load_operands(q, spec, epilogue, (n, oh, co), rows, cout, aux_base)
         q.out.append(Push("load", mac))
         if resident and oh == tile.rows and q.slots > 1:
-            _prefetch_weights(q, spec, tile, wgt, (n, co))
+            _prefetch_weights(q, spec, tile, wgt, (n, co), config)
+        if q.parts:
+            q.out.append(q.parts.pop(0))
         q.out.append(Pop(mac, "load"))
         if k == 0 and q.tile >= q.slots:
             q.out.append(Pop(mac, "store"))
@@ -143,19 +147,37 @@ def next_weights(spec: ConvSpec, tile: Tile, at: tuple[int, int]) -> tuple[int, 
     return (n + 1, 0) if n + 1 < spec.n else None
 
 
-def _prefetch_weights(q: _Queues, spec: ConvSpec, tile: Tile, wgt: str, at: tuple[int, int]) -> None:
-    """Resident weights of the next output-channel tile, loaded during the second row tile of this one
-    instead of at its own first step: the other weight slot was last read by the step before this tile's
-    first, whose compute->load token the load unit has just popped (two steps back); after this step's
-    push, so it delays only the next input load. Its first step then finds the weights there."""
+def _prefetch_weights(q: _Queues, spec: ConvSpec, tile: Tile, wgt: str, at: tuple[int, int],
+                      config: NpuConfig) -> None:
+    """Resident weights of the next output-channel tile, loaded during the row tiles from the second on of
+    this one instead of at its own first step, in parts along the input channels (kiln.npu.parts), one
+    after the push of each of those steps: the other weight slot was last read by the step before this
+    tile's first, whose compute->load token the load unit has just popped (two steps back), and each part
+    delays only the next input load. Its first step then finds the weights there."""
     nxt = next_weights(spec, tile, at)
     if nxt is None:
         return
     slot = q.weight_tiles % q.slots
     cout = min(tile.cout, spec.cout - nxt[1])
-    q.out.append(_weights(spec, wgt, slot, (0, nxt[1]), spec.cin, cout))
+    whole = _weights(spec, wgt, slot, (0, nxt[1]), spec.cin, cout)
+    q.parts = [_weight_part(whole, c0, cin) for c0, cin in ahead_parts(spec, tile, cout, config)]
     q.prefetched = (*nxt, slot)
     q.weight_tiles += 1
+
+
+def ahead_parts(spec: ConvSpec, tile: Tile, cout: int, config: NpuConfig) -> list[tuple[int, int]]:
+    """(first input channel, channels) of the parts of a resident weight tile of `cout` output channels
+    loaded ahead, spread over the row tiles from the second on (the cost model counts the same parts)."""
+    cin = spec.weight_cin
+    nbytes = spec.kh * spec.kw * cin * cout * spec.itemsize
+    return parts.channel_parts(cin, nbytes, len(range(tile.rows, spec.out_h, tile.rows)), config)
+
+
+def _weight_part(whole: Load, c0: int, cin: int) -> Load:
+    """The load of input channels c0 .. c0 + cin of `whole`'s weight tile into its place in the slot."""
+    start = (whole.start[0], whole.start[1], whole.start[2] + c0, whole.start[3])
+    size = (whole.size[0], whole.size[1], cin, whole.size[3])
+    return dataclasses.replace(whole, start=start, size=size, at=(0, 0, c0, 0), whole=whole.size)
 
 
 def mac_unit(spec: ConvSpec) -> str:

@@ -185,7 +185,7 @@ def _tile_bytes(ins: Instruction, channels: dict[tuple[str, int], int], itemsize
             words = -(-ins.size[3] // config.block_in)
             pitch, row_pitch = ins.pitch or words, ins.row_pitch or ins.size[2]
             return "inp", ins.size[1] * row_pitch * pitch * config.block_in * itemsize
-        return ins.buf, int(np.prod(ins.size)) * (itemsize if ins.buf == "wgt" else ACC_ITEMSIZE)
+        return ins.buf, int(np.prod(ins.whole or ins.size)) * (itemsize if ins.buf == "wgt" else ACC_ITEMSIZE)
     if isinstance(ins, (Gemm, DepthwiseMac)):
         return "acc", ins.out_h * ins.out_w * channels[("wgt", ins.wgt_slot)] * ACC_ITEMSIZE
     if isinstance(ins, Pool):

@@ -4,7 +4,7 @@ kernel's compute instead.
 
 The tile goes into a region of the weight buffer beside the previous program's slots and held tensors
 (an `isa.Held` of both programs, `prefetch.<kernel>`): the previous program's load unit fills it in parts
-along the input channels (`Load.into` / `Load.at`, each about PART_CYCLES of DMA, one after each of its
+along the input channels (`Load.into` / `Load.at`, each about parts.PART_CYCLES of DMA, one after each of its
 last steps' loads, so a step's compute hides a part where one long load would hold up the next input
 loads), and the kernel's first weight load becomes an on-chip move from that region into its slot. The order across
 the two programs is the kernel boundary: kernels of one run execute one after another (the executor
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from kiln.npu import onchip
+from kiln.npu import onchip, parts
 from kiln.npu.config import NpuConfig
 from kiln.npu.isa import Held, Load, Push
 from kiln.npu.kernel import NpuKernel
 
 NEXT_WEIGHTS = "next.wgt"  # the previous kernel's DRAM name of the next kernel's weights
-PART_CYCLES = 256  # about the DMA cycles of one part of a prefetch
 
 
 def prefetch(kernels: list[NpuKernel | None], config: NpuConfig) -> list[NpuKernel | None]:
@@ -64,20 +63,19 @@ def _ahead(before: NpuKernel, kernel: NpuKernel, config: NpuConfig) -> tuple[Npu
 
 
 def _with_parts(instructions: list, first: Load, region: Held, config: NpuConfig) -> list:
-    """`instructions` with the load of `first` into `region` split along its input channels into parts of
-    about PART_CYCLES of DMA each, one after each of the last pushes of the load unit: a step's compute
-    hides a part where one long load would hold up the next input loads."""
+    """`instructions` with the load of `first` into `region` split along its input channels
+    (kiln.npu.parts), one part after each of the last pushes of the load unit: a step's compute hides a
+    part where one long load would hold up the next input loads."""
     pushes = [k for k, ins in enumerate(instructions) if isinstance(ins, Push) and ins.unit == "load"]
-    count = max(1, min(len(pushes), config.dma_cycles(region.nbytes) // PART_CYCLES, first.size[2]))
-    cin = -(-first.size[2] // count)
-    parts = {pushes[len(pushes) - count + k]: _part(first, region, k * cin, min(cin, first.size[2] - k * cin))
-             for k in range(count) if k * cin < first.size[2]} if pushes else {}
+    split = parts.channel_parts(first.size[2], region.nbytes, len(pushes), config)
+    at = {pushes[len(pushes) - len(split) + k]: _part(first, region, c0, cin)
+          for k, (c0, cin) in enumerate(split)} if pushes else {}
     out = []
     for k, ins in enumerate(instructions):
         out.append(ins)
-        if k in parts:
-            out.append(parts[k])
-    return out if parts else [*instructions, _part(first, region, 0, first.size[2])]
+        if k in at:
+            out.append(at[k])
+    return out if at else [*instructions, _part(first, region, 0, first.size[2])]
 
 
 def _part(first: Load, region: Held, c0: int, cin: int) -> Load:

@@ -198,15 +198,32 @@ class _State:
         words = -(-ins.size[3] // self.config.block_in)
         pitch, row_pitch = ins.pitch or words, ins.row_pitch or ins.size[2]
         held = ins.size[1] * row_pitch * pitch * self.config.block_in * src.dtype.itemsize
-        self._check_fits(ins.buf, held if ins.buf == "inp" else int(np.prod(ins.size)) * src.dtype.itemsize,
+        size = ins.whole or ins.size
+        self._check_fits(ins.buf, held if ins.buf == "inp" else int(np.prod(size)) * src.dtype.itemsize,
                          f"a tile of {ins.tensor}")
         if ins.buf == "inp":
             self.layouts[ins.slot] = (pitch, row_pitch)
-        self.shapes[(ins.buf, ins.slot)] = ins.size if ins.buf == "wgt" else ins.size[1:]
-        if self.functional:
+        self.shapes[(ins.buf, ins.slot)] = size if ins.buf == "wgt" else size[1:]
+        if ins.whole:
+            self._load_part(ins, src)
+        elif self.functional:
             tile = _packed_region(src, ins) if ins.pack > 1 else _region(src, ins.start, ins.size, ins.fill)
             self.tiles[(ins.buf, ins.slot)] = tile if ins.buf == "wgt" else tile[0]
         return self._transfer(ins.tensor, nbytes, src.dtype.itemsize)
+
+    def _load_part(self, ins: Load, src: np.ndarray) -> None:
+        """Part `at` of a weight tile loaded in parts: the part at offset 0 starts the tile, a later one
+        needs that tile in the slot."""
+        key = (ins.buf, ins.slot)
+        fits = ins.buf == "wgt" and all(a + n <= d for a, n, d in zip(ins.at, ins.size, ins.whole))
+        if not fits or (any(ins.at) and self.functional and self.tiles.get(key, np.empty(0)).shape != ins.whole):
+            raise NpuProgramError(f"{self.program.name}: a part {ins.size} at {ins.at} of a {ins.buf} tile of "
+                                  f"{ins.whole} needs a weight tile of that size started in slot {ins.slot}")
+        if self.functional:
+            if not any(ins.at):
+                self.tiles[key] = np.zeros(ins.whole, src.dtype)
+            self.tiles[key][tuple(slice(a, a + n) for a, n in zip(ins.at, ins.size))] = \
+                _region(src, ins.start, ins.size, ins.fill)
 
     def _load_ahead(self, ins: Load) -> int:
         """A DMA into part of a held region (the next program's first weights) instead of a slot."""

@@ -12,7 +12,7 @@ from kiln.npu.conv_spec import ConvSpec, EpilogueOp, Tile
 from kiln.npu.cost_model import predict
 from kiln.npu.isa import Alu, Load, Pop
 from kiln.npu.lower_conv import Options, lower_conv
-from kiln.npu.simulator import Simulator
+from kiln.npu.simulator import NpuProgramError, Simulator
 from tests.npu.conv_reference import conv_nhwc
 
 SPEC = ConvSpec(1, 14, 14, 64, 64, 3, 3, 1, (1, 1, 1, 1))  # compute-bound
@@ -88,3 +88,29 @@ def test_the_next_output_channel_tiles_weights_load_during_the_second_row_tile()
     single = lower_conv("c", spec, Tile(2, 16, 32), ("x", "w", "y"), [], DEFAULT, Options(double_buffer=False))
     single_loads = [i for i in single.instructions if isinstance(i, Load)]
     assert [i.buf for i in single_loads][:2] == ["inp", "wgt"] and single_loads[2].buf == "inp"  # no slot to spare
+
+
+def test_the_weights_loaded_ahead_come_in_parts_one_behind_each_later_row_tile():
+    spec = ConvSpec(1, 8, 8, 64, 128, 3, 3, 1, (1, 1, 1, 1))
+    program = lower_conv("c", spec, Tile(2, 64, 64), ("x", "w", "y"), [], DEFAULT)
+    loads = [i for i in program.instructions if isinstance(i, Load)]
+    parts = [k for k, i in enumerate(loads) if i.whole]
+    inputs = [k for k, i in enumerate(loads) if i.buf == "inp"]
+    assert parts == [inputs[1] + 1, inputs[2] + 1, inputs[3] + 1]  # behind row tiles 1, 2 and 3 of co tile 0
+    assert {loads[k].slot for k in parts} == {1} and sum(loads[k].size[2] for k in parts) == spec.cin
+    assert [loads[k].at[2] for k in parts] == [0, 22, 44]
+    dram = {**_dram(spec), "y": np.zeros((1, 8, 8, 128), np.float32)}
+    simulated = Simulator().run(program, dram).cycles
+    np.testing.assert_allclose(dram["y"], conv_nhwc(dram["x"], dram["w"], spec), rtol=1e-4, atol=1e-4)
+    predicted = predict(spec, Tile(2, 64, 64), DEFAULT).cycles
+    assert abs(predicted - simulated) <= 0.05 * simulated
+
+
+def test_a_later_part_of_a_weight_tile_without_its_start_is_refused():
+    spec = ConvSpec(1, 8, 8, 64, 128, 3, 3, 1, (1, 1, 1, 1))
+    program = lower_conv("c", spec, Tile(2, 64, 64), ("x", "w", "y"), [], DEFAULT)
+    start = next(i for i in program.instructions if isinstance(i, Load) and i.whole)
+    broken = dataclasses.replace(program, instructions=[i for i in program.instructions if i != start])
+    dram = {**_dram(spec), "y": np.zeros((1, 8, 8, 128), np.float32)}
+    with pytest.raises(NpuProgramError, match=r"needs a weight tile of that size started in slot 1"):
+        Simulator().run(broken, dram)
